@@ -1,0 +1,64 @@
+"""Questions Claude asked during a run, and the answers users gave."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+from promptmgr.models import Run
+
+
+class QuestionSource(models.TextChoices):
+    MCP = "mcp", "ask-user MCP tool (CLI engine)"
+    SDK = "sdk", "AskUserQuestion via the Agent SDK"
+
+
+class QuestionStatus(models.TextChoices):
+    PENDING = "pending"
+    ANSWERED = "answered"
+    DELIVERED = "delivered"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class QuestionQuerySet(models.QuerySet["Question"]):
+    def pending(self) -> QuestionQuerySet:
+        return self.filter(status=QuestionStatus.PENDING)
+
+
+class Question(models.Model):
+    """One card: a form of 1–4 questions in the normalized shape both engines share."""
+
+    question_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="questions")
+    source = models.CharField(max_length=8, choices=QuestionSource.choices)
+    questions = models.JSONField(help_text="[{question, header, options:[{label, description}], multiSelect}]")
+    status = models.CharField(
+        max_length=12, choices=QuestionStatus.choices, default=QuestionStatus.PENDING
+    )
+    expires_at = models.DateTimeField()
+    answers = models.JSONField(null=True, blank=True, help_text="{question text: answer text}")
+    selected_options = models.JSONField(null=True, blank=True)
+    notes = models.TextField(blank=True)
+    answered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="answered_questions",
+    )
+    answered_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    delivery_mismatch = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = QuestionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        first = (self.questions or [{}])[0].get("question", "")
+        return f"{first[:60]} ({self.status})"

@@ -1,0 +1,37 @@
+"""ASGI entry point: ``uvicorn promptmgr.asgi:application``.
+
+Around Django it adds the ASGI lifespan (so runs are stopped and their process groups
+reaped when the server shuts down) and, when no Anthropic key is set, the offline demo
+model under ``DEMO_MODEL_PATH``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "promptmgr.settings")
+django_application = get_asgi_application()
+
+from django.conf import settings  # noqa: E402  (after Django is set up)
+
+from promptmgr import lifecycle  # noqa: E402
+from promptmgr.scripted_model.server import create_app as create_demo_model  # noqa: E402
+
+Scope = dict[str, Any]
+
+_demo_model = create_demo_model(pace_ms=15) if settings.DEMO_MODEL else None
+
+
+async def application(scope: Scope, receive: Any, send: Any) -> None:
+    if scope["type"] == "lifespan":
+        await lifecycle.lifespan(scope, receive, send)
+        return
+    path = scope.get("path", "")
+    if _demo_model is not None and path.startswith(settings.DEMO_MODEL_PATH + "/"):
+        inner = dict(scope, path=path[len(settings.DEMO_MODEL_PATH) :], root_path="")
+        await _demo_model(inner, receive, send)
+        return
+    await django_application(scope, receive, send)

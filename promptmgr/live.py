@@ -1,0 +1,222 @@
+"""All Redis access: clients, key names, TTLs and the per-run event stream.
+
+Redis holds the live state every web worker shares: run event streams (for SSE replay),
+the ask-user question cache and answer hand-off, relay-token hashes, cancel signals and
+run ownership. Key names live here and nowhere else. Keys of one run share a hash tag
+(``{run:ID}``) so the Lua append works on Redis Cluster too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio as aredis
+from django.conf import settings
+
+# A cache of clients per event loop: redis.asyncio connections are bound to their loop.
+_async_clients: dict[int, aredis.Redis] = {}
+_sync_client: redis.Redis | None = None
+
+QUESTION_TTL_GRACE = 60  # seconds a question stays cached after it expires
+RELAY_TOKEN_TTL_GRACE = 300
+
+
+def run_tag(run_id: int) -> str:
+    return f"{{run:{run_id}}}"
+
+
+def events_key(run_id: int) -> str:
+    return f"pm:{run_tag(run_id)}:events"
+
+
+def seq_key(run_id: int) -> str:
+    return f"pm:{run_tag(run_id)}:seq"
+
+
+def control_channel(run_id: int) -> str:
+    return f"pm:{run_tag(run_id)}:control"
+
+
+def cancel_key(run_id: int) -> str:
+    return f"pm:{run_tag(run_id)}:cancel"
+
+
+def owner_key(run_id: int) -> str:
+    return f"pm:{run_tag(run_id)}:owner"
+
+
+def question_cache_key(run_id: int) -> str:
+    """The design card's question cache: the run's pending question, as JSON."""
+    return f"pm:{run_tag(run_id)}:question"
+
+
+def question_shown_key(run_id: int) -> str:
+    """Question ids already pushed to the run's event stream (pushed at most once)."""
+    return f"pm:{run_tag(run_id)}:shown"
+
+
+def answer_key(question_id: str) -> str:
+    """A one-element list the answer is pushed to; poll-answer pops it (consumed once)."""
+    return f"pm:answer:{question_id}"
+
+
+def relay_token_key(token_hash: str) -> str:
+    return f"pm:relay-token:{token_hash}"
+
+
+def active_runs_key() -> str:
+    return "pm:runs:active"
+
+
+def user_runs_key(user_id: int) -> str:
+    return f"pm:runs:user:{user_id}"
+
+
+def get_redis() -> redis.Redis:
+    """The process-wide synchronous client (management commands, sync services)."""
+    global _sync_client
+    if _sync_client is None:
+        _sync_client = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+    return _sync_client
+
+
+def get_async_redis() -> aredis.Redis:
+    """An asyncio client for the running event loop."""
+    import asyncio
+
+    loop_id = id(asyncio.get_running_loop())
+    client = _async_clients.get(loop_id)
+    if client is None:
+        client = aredis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+        _async_clients[loop_id] = client
+    return client
+
+
+def reset_clients() -> None:
+    """Forget cached clients (tests switch REDIS_URL between sessions)."""
+    global _sync_client
+    _sync_client = None
+    _async_clients.clear()
+
+
+# Appends one event with the next integer id of the run, atomically, so ids are 1, 2, 3…
+# whichever worker writes (the runner, relay-question, submit-answer).
+_APPEND_LUA = """
+local n = redis.call('INCR', KEYS[2])
+redis.call('XADD', KEYS[1], '0-' .. n, 'event', ARGV[1], 'data', ARGV[2])
+if tonumber(ARGV[3]) > 0 then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+end
+return n
+"""
+
+# Starts a run only while the user's and the global caps allow it.
+_CLAIM_SLOT_LUA = """
+if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then return -1 end
+if redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[3]) then return -2 end
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('SADD', KEYS[2], ARGV[1])
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Event:
+    """One SSE event of a run: ``id`` is its position in the run, starting at 1."""
+
+    id: int
+    event: str
+    data: dict[str, Any]
+
+    def to_sse(self) -> bytes:
+        payload = json.dumps(self.data, ensure_ascii=False, separators=(",", ":"))
+        # JSON never contains a raw newline, so one data: line is always enough.
+        return f"id: {self.id}\nevent: {self.event}\ndata: {payload}\n\n".encode()
+
+
+def _encode(data: dict[str, Any]) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _decode(entry_id: str, fields: dict[str, str]) -> Event:
+    return Event(
+        id=int(entry_id.split("-", 1)[1]),
+        event=fields["event"],
+        data=json.loads(fields["data"]),
+    )
+
+
+def _stream_id(event_id: int) -> str:
+    return f"0-{event_id}"
+
+
+async def append_event(run_id: int, event: str, data: dict[str, Any], *, ttl: int = 0) -> int:
+    """Append to the run's event stream; returns the event's id."""
+    client = get_async_redis()
+    script = client.register_script(_APPEND_LUA)
+    result = await script(keys=[events_key(run_id), seq_key(run_id)], args=[event, _encode(data), ttl])
+    return int(result)
+
+
+def append_event_sync(run_id: int, event: str, data: dict[str, Any], *, ttl: int = 0) -> int:
+    script = get_redis().register_script(_APPEND_LUA)
+    result = script(keys=[events_key(run_id), seq_key(run_id)], args=[event, _encode(data), ttl])
+    return int(result)
+
+
+async def read_events(run_id: int, after: int, *, count: int = 500) -> list[Event]:
+    """Events with id > ``after`` already in the stream (no waiting)."""
+    client = get_async_redis()
+    entries = await client.xrange(events_key(run_id), min=f"({_stream_id(after)}", count=count)
+    return [_decode(entry_id, fields) for entry_id, fields in entries]
+
+
+async def wait_events(run_id: int, after: int, *, block_ms: int, count: int = 500) -> list[Event]:
+    """Events with id > ``after``, waiting up to ``block_ms`` for the first one."""
+    client = get_async_redis()
+    result = await client.xread({events_key(run_id): _stream_id(after)}, block=block_ms, count=count)
+    events: list[Event] = []
+    for _key, entries in result or []:
+        events.extend(_decode(entry_id, fields) for entry_id, fields in entries)
+    return events
+
+
+async def stream_exists(run_id: int) -> bool:
+    return bool(await get_async_redis().exists(events_key(run_id)))
+
+
+async def expire_run_keys(run_id: int, ttl: int) -> None:
+    client = get_async_redis()
+    pipe = client.pipeline(transaction=False)
+    for key in (events_key(run_id), seq_key(run_id)):
+        pipe.expire(key, ttl)
+    pipe.delete(question_cache_key(run_id), question_shown_key(run_id), owner_key(run_id))
+    pipe.delete(cancel_key(run_id))
+    await pipe.execute()
+
+
+async def claim_run_slot(run_id: int, user_id: int, *, per_user: int, total: int) -> int:
+    """1 when the run may start, -1 over the user's cap, -2 over the global cap."""
+    client = get_async_redis()
+    script = client.register_script(_CLAIM_SLOT_LUA)
+    return int(
+        await script(keys=[user_runs_key(user_id), active_runs_key()], args=[run_id, per_user, total])
+    )
+
+
+async def release_run_slot(run_id: int, user_id: int) -> None:
+    client = get_async_redis()
+    await client.srem(user_runs_key(user_id), run_id)
+    await client.srem(active_runs_key(), run_id)
+
+
+def release_run_slots_sync(run_ids: Iterable[tuple[int, int]]) -> None:
+    client = get_redis()
+    for run_id, user_id in run_ids:
+        client.srem(user_runs_key(user_id), run_id)
+        client.srem(active_runs_key(), run_id)

@@ -1,0 +1,170 @@
+"""Projects, their conversations with Claude, runs (one prompt each) and run events."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+ASK_USER_TIMEOUT_MIN = 30
+ASK_USER_TIMEOUT_MAX = 900
+
+
+def _default_ask_user_timeout() -> int:
+    return int(settings.ASK_USER_DEFAULT_TIMEOUT)
+
+
+class Engine(models.TextChoices):
+    CLI = "cli", "Claude Code CLI + ask-user MCP relay"
+    SDK = "sdk", "Claude Agent SDK (built-in AskUserQuestion)"
+
+
+class PermissionMode(models.TextChoices):
+    DEFAULT = "default", "Default (ask-user only; other tools need allow rules)"
+    ACCEPT_EDITS = "acceptEdits", "Accept edits"
+    PLAN = "plan", "Plan (read-only)"
+    BYPASS = "bypassPermissions", "Bypass permissions (CLI engine only)"
+
+
+class ProjectQuerySet(models.QuerySet["Project"]):
+    def visible_to(self, user: Any) -> ProjectQuerySet:
+        """Projects the user owns or is a member of; nothing for anonymous users."""
+        if not getattr(user, "is_authenticated", False):
+            return self.none()
+        return self.filter(Q(owner=user) | Q(members=user)).distinct()
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=200)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="owned_projects"
+    )
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="member_projects"
+    )
+    context = models.TextField(blank=True, help_text="Becomes the workspace's CLAUDE.md.")
+    engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.CLI)
+    ask_user_enabled = models.BooleanField(
+        "ask-user enabled",
+        default=True,
+        help_text="Let Claude ask questions that appear as cards in the chat.",
+    )
+    ask_user_timeout = models.PositiveIntegerField(
+        "ask-user timeout (s)",
+        default=_default_ask_user_timeout,
+        validators=[
+            MinValueValidator(ASK_USER_TIMEOUT_MIN),
+            MaxValueValidator(ASK_USER_TIMEOUT_MAX),
+        ],
+    )
+    permission_mode = models.CharField(
+        max_length=32, choices=PermissionMode.choices, default=PermissionMode.ACCEPT_EDITS
+    )
+    model = models.CharField(max_length=100, blank=True, help_text="Empty: the CLI's default.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ask_user_timeout__gte=ASK_USER_TIMEOUT_MIN)
+                & Q(ask_user_timeout__lte=ASK_USER_TIMEOUT_MAX),
+                name="project_ask_user_timeout_range",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Conversation(models.Model):
+    """A thread of runs that continue one Claude session (``--resume``)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="conversations")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    claude_session_id = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING_FOR_USER = "waiting_for_user"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+
+
+ACTIVE_RUN_STATUSES = (RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.WAITING_FOR_USER)
+
+
+class RunQuerySet(models.QuerySet["Run"]):
+    def visible_to(self, user: Any) -> RunQuerySet:
+        return self.filter(conversation__project__in=Project.objects.visible_to(user))
+
+    def active(self) -> RunQuerySet:
+        return self.filter(status__in=ACTIVE_RUN_STATUSES)
+
+
+class Run(models.Model):
+    """One prompt sent to Claude and everything that came back."""
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="runs")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
+    engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.CLI)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    prompt = models.TextField()
+    stream_token = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, help_text="What went wrong, with the stderr tail.")
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    num_turns = models.PositiveIntegerField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"Run {self.pk} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_RUN_STATUSES
+
+
+class RunEvent(models.Model):
+    """An SSE event of a run, kept so a conversation can be shown again after a reload."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    event = models.CharField(max_length=40)
+    data = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run_id", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="run_event_seq_unique")]

@@ -1,0 +1,200 @@
+"""Turn a Messages API request into the scripted reply for that step.
+
+A prompt picks its script in one of two ways:
+
+* ``SCRIPT: [...]`` anywhere in the prompt: a JSON list of steps, one per model turn.
+  A step is an object with any of ``text`` (str), ``repeat`` (int, repeats the text),
+  ``tool_use`` ({"name", "input"}), ``quote_tool_results`` (bool) and ``pace_ms``.
+* otherwise a named demo scenario, chosen by keywords, so the offline demo shows the
+  whole flow to a new user.
+
+The step is derived from the conversation itself (how many assistant turns follow the
+current prompt), so the server keeps no state and resumed sessions work.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+SCRIPT_MARKER = "SCRIPT:"
+
+ASK_USER_TOOL = "mcp__ask-user__ask_user"
+ASK_USER_QUESTION_TOOL = "AskUserQuestion"
+
+
+@dataclass
+class ToolUse:
+    name: str
+    input: dict[str, Any]
+
+
+@dataclass
+class Reply:
+    """One assistant turn: streamed text, then optionally one tool call."""
+
+    text: str = ""
+    tool_use: ToolUse | None = None
+    pace_ms: float | None = None
+    chunk_chars: int | None = None
+
+
+@dataclass
+class Conversation:
+    """What the scripted model needs to know about the request's messages."""
+
+    prompt: str
+    tool_names: list[str] = field(default_factory=list)
+    turns_since_prompt: int = 0
+    tool_results: list[dict[str, Any]] = field(default_factory=list)
+
+
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
+
+
+def _block_text(content: Any) -> str:
+    """The typed text of a message, without the CLI's injected system reminders."""
+    if isinstance(content, str):
+        return _REMINDER.sub("", content).strip()
+    parts: list[str] = []
+    for block in content or []:
+        if isinstance(block, dict) and block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+    return _REMINDER.sub("", "\n".join(parts)).strip()
+
+
+def _tool_result_text(block: dict[str, Any]) -> str:
+    content = block.get("content")
+    if isinstance(content, str):
+        return content
+    return _block_text(content)
+
+
+def _is_prompt(message: dict[str, Any]) -> bool:
+    """A user message that carries typed text rather than only tool results."""
+    if message.get("role") != "user":
+        return False
+    content = message.get("content")
+    if isinstance(content, str):
+        return True
+    types = {b.get("type") for b in content or [] if isinstance(b, dict)}
+    return "tool_result" not in types and "text" in types
+
+
+def read_conversation(body: dict[str, Any]) -> Conversation:
+    messages: list[dict[str, Any]] = list(body.get("messages") or [])
+    prompt_index = max((i for i, m in enumerate(messages) if _is_prompt(m)), default=-1)
+    prompt = _block_text(messages[prompt_index].get("content")) if prompt_index >= 0 else ""
+    after = messages[prompt_index + 1 :]
+    results: list[dict[str, Any]] = []
+    for message in after:
+        content = message.get("content")
+        if message.get("role") == "user" and isinstance(content, list):
+            for block in content:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    results.append(
+                        {
+                            "text": _tool_result_text(block),
+                            "is_error": bool(block.get("is_error", False)),
+                        }
+                    )
+    tools = [str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict)]
+    return Conversation(
+        prompt=prompt,
+        tool_names=tools,
+        turns_since_prompt=sum(1 for m in after if m.get("role") == "assistant"),
+        tool_results=results,
+    )
+
+
+def parse_script(prompt: str) -> list[dict[str, Any]] | None:
+    """The JSON list after ``SCRIPT:``, or None when the prompt has no script."""
+    index = prompt.find(SCRIPT_MARKER)
+    if index < 0:
+        return None
+    decoder = json.JSONDecoder()
+    raw = prompt[index + len(SCRIPT_MARKER) :].lstrip()
+    try:
+        steps, _ = decoder.raw_decode(raw)
+    except json.JSONDecodeError as exc:
+        return [{"text": f"Scripted model: the SCRIPT is not valid JSON ({exc})."}]
+    if not isinstance(steps, list):
+        return [{"text": "Scripted model: the SCRIPT must be a JSON list of steps."}]
+    return [s if isinstance(s, dict) else {"text": str(s)} for s in steps]
+
+
+def quote_results(results: list[dict[str, Any]]) -> str:
+    return "Tool results received: " + json.dumps(results, ensure_ascii=False)
+
+
+def _step_reply(step: dict[str, Any], conversation: Conversation) -> Reply:
+    text = str(step.get("text", ""))
+    text = text * int(step.get("repeat", 1))
+    if step.get("quote_tool_results"):
+        text = (text + "\n" if text else "") + quote_results(conversation.tool_results)
+    tool = step.get("tool_use")
+    tool_use = ToolUse(str(tool["name"]), dict(tool.get("input") or {})) if tool else None
+    pace = step.get("pace_ms")
+    chunk = step.get("chunk_chars")
+    return Reply(
+        text=text,
+        tool_use=tool_use,
+        pace_ms=float(pace) if pace is not None else None,
+        chunk_chars=int(chunk) if chunk is not None else None,
+    )
+
+
+DEMO_QUESTION = {
+    "question": "Which approach should I take for this demo task?",
+    "header": "Approach",
+    "options": [
+        {"label": "Keep it simple", "description": "Smallest change that works."},
+        {"label": "Make it robust", "description": "More code, handles edge cases."},
+    ],
+    "multiSelect": False,
+}
+
+
+def _demo_script(conversation: Conversation) -> list[dict[str, Any]]:
+    """What the offline demo model does with a free-form prompt."""
+    wants_question = re.search(r"\b(ask|question|choose|decide)\b", conversation.prompt, re.I)
+    if wants_question and ASK_USER_TOOL in conversation.tool_names:
+        return [
+            {
+                "text": "I need a decision from you before I go on.",
+                "tool_use": {"name": ASK_USER_TOOL, "input": DEMO_QUESTION},
+            },
+            {"text": "Thanks. ", "quote_tool_results": True},
+        ]
+    if wants_question and ASK_USER_QUESTION_TOOL in conversation.tool_names:
+        return [
+            {
+                "text": "I need a decision from you before I go on.",
+                "tool_use": {
+                    "name": ASK_USER_QUESTION_TOOL,
+                    "input": {"questions": [DEMO_QUESTION]},
+                },
+            },
+            {"text": "Thanks. ", "quote_tool_results": True},
+        ]
+    return [
+        {
+            "text": (
+                "This is the **offline demo model** answering (no `ANTHROPIC_API_KEY` is set).\n\n"
+                f"You wrote: {conversation.prompt.strip()[:500]}\n\n"
+                "Type a prompt containing the word *ask* to see Claude ask you a question."
+            )
+        }
+    ]
+
+
+def next_reply(body: dict[str, Any]) -> Reply:
+    """The reply for this request: the step of the script the conversation has reached."""
+    conversation = read_conversation(body)
+    steps = parse_script(conversation.prompt) or _demo_script(conversation)
+    if conversation.turns_since_prompt >= len(steps):
+        # A script that ran out ends the turn quietly instead of looping on tools.
+        return Reply(text="Done.")
+    return _step_reply(steps[conversation.turns_since_prompt], conversation)

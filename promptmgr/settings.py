@@ -1,0 +1,182 @@
+"""PromptManager settings: every knob is an environment variable with a local default.
+
+Invalid values stop start-up with ImproperlyConfigured instead of failing at the first
+request.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def envstr(name: str, default: str) -> str:
+    return os.environ.get(name, default)
+
+
+def envbool(name: str, default: str) -> bool:
+    value = os.environ.get(name, default).strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off", ""}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
+
+
+def envint(name: str, default: str, *, minimum: int, maximum: int) -> int:
+    raw = os.environ.get(name, default)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a whole number, not {raw!r}") from None
+    if not minimum <= value <= maximum:
+        raise ImproperlyConfigured(f"{name} must be between {minimum} and {maximum}, not {value}")
+    return value
+
+
+def envurl(name: str, default: str, *, schemes: set[str]) -> str:
+    value = os.environ.get(name, default)
+    parsed = urlparse(value)
+    if parsed.scheme not in schemes or not (parsed.hostname or parsed.path):
+        allowed = ", ".join(sorted(schemes))
+        raise ImproperlyConfigured(f"{name} must be a URL with scheme {allowed}, not {value!r}")
+    return value
+
+
+DEBUG = envbool("DEBUG", "true")
+_DEV_SECRET = "dev-only-insecure-secret-key-change-me-0123456789"
+SECRET_KEY = envstr("SECRET_KEY", _DEV_SECRET if DEBUG else "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off")
+ALLOWED_HOSTS = [h.strip() for h in envstr("ALLOWED_HOSTS", "127.0.0.1,localhost").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [
+    o.strip() for o in envstr("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
+]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "promptmgr",
+    "askuser",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "promptmgr.urls"
+ASGI_APPLICATION = "promptmgr.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "promptmgr.context_processors.product",
+            ],
+        },
+    },
+]
+
+VAR_DIR = Path(envstr("VAR_DIR", str(BASE_DIR / "var")))
+DATABASES = {
+    "default": dj_database_url.parse(
+        envurl(
+            "DATABASE_URL",
+            f"sqlite:///{VAR_DIR / 'db.sqlite3'}",
+            schemes={"sqlite", "postgres", "postgresql", "pgsql"},
+        ),
+        conn_max_age=0,
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Runs write from several threads; wait for the lock rather than fail with "database is locked".
+    DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/projects/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+
+# --- PromptManager -------------------------------------------------------------------
+
+REDIS_URL = envurl("REDIS_URL", "redis://127.0.0.1:6379/0", schemes={"redis", "rediss", "unix"})
+STORAGE_ROOT = Path(envstr("STORAGE_ROOT", str(VAR_DIR / "storage")))
+# Per-run ask-user config files (secrets) live here, in 0700 directories.
+RUN_SECRETS_DIR = Path(envstr("RUN_SECRETS_DIR", str(VAR_DIR / "run-secrets")))
+
+# Where the CLI's MCP server reaches this app; it must stay on loopback.
+INTERNAL_BASE_URL = envurl("INTERNAL_BASE_URL", "http://127.0.0.1:8000", schemes={"http", "https"})
+
+ANTHROPIC_API_KEY = envstr("ANTHROPIC_API_KEY", "")
+# Without a key the offline demo model, mounted in this app, answers instead of Claude.
+DEMO_MODEL = not ANTHROPIC_API_KEY
+DEMO_MODEL_PATH = "/_demo_model"
+ANTHROPIC_BASE_URL = envurl(
+    "ANTHROPIC_BASE_URL",
+    INTERNAL_BASE_URL.rstrip("/") + DEMO_MODEL_PATH if DEMO_MODEL else "https://api.anthropic.com",
+    schemes={"http", "https"},
+)
+CLAUDE_CLI_PATH = envstr("CLAUDE_CLI_PATH", "")
+
+ASK_USER_ENABLED = envbool("ASK_USER_ENABLED", "true")
+ASK_USER_DEFAULT_TIMEOUT = envint("ASK_USER_DEFAULT_TIMEOUT", "300", minimum=30, maximum=900)
+# How long poll-answer holds a request open before answering 202 "waiting".
+ASK_USER_LONG_POLL_SECONDS = envint("ASK_USER_LONG_POLL_SECONDS", "25", minimum=1, maximum=60)
+
+RUN_MAX_DURATION = envint("RUN_MAX_DURATION", "3600", minimum=10, maximum=86400)
+RUN_IDLE_TIMEOUT = envint("RUN_IDLE_TIMEOUT", "600", minimum=5, maximum=86400)
+RUNS_PER_USER = envint("RUNS_PER_USER", "3", minimum=1, maximum=1000)
+RUNS_GLOBAL = envint("RUNS_GLOBAL", "20", minimum=1, maximum=10000)
+RUN_READ_TIMEOUT = 2.0  # the design card's 2-second read timeout
+SSE_HEARTBEAT_SECONDS = envint("SSE_HEARTBEAT_SECONDS", "15", minimum=1, maximum=60)
+EVENT_STREAM_TTL = envint("EVENT_STREAM_TTL", "86400", minimum=60, maximum=30 * 86400)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "promptmgr": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+        "askuser": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+    },
+}
