@@ -1,19 +1,31 @@
-"""Start-up and shutdown of a web worker."""
+"""Start-up and shutdown of a web worker (the ASGI lifespan)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
 logger = logging.getLogger(__name__)
 
 
 async def on_startup() -> None:
-    """Filled by the streaming work: sweep stale run secrets and orphaned runs."""
+    """Sweep what a crashed worker left: stale run secrets and runs nobody owns any more."""
+    from askuser.runtime import sweep_stale_secrets
+    from promptmgr.runner import recover_orphaned_runs
+
+    await sync_to_async(sweep_stale_secrets)()
+    orphaned = await sync_to_async(recover_orphaned_runs)()
+    if orphaned:
+        logger.warning("marked %d orphaned runs as failed: %s", len(orphaned), orphaned)
 
 
 async def on_shutdown() -> None:
-    """Filled by the streaming work: stop every run this worker owns."""
+    """Stop every run this worker owns, reaping their process groups."""
+    from promptmgr.runner import shutdown_all
+
+    await shutdown_all()
 
 
 async def lifespan(scope: dict[str, Any], receive: Any, send: Any) -> None:

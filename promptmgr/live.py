@@ -64,8 +64,9 @@ def answer_key(question_id: str) -> str:
     return f"pm:answer:{question_id}"
 
 
-def relay_token_key(token_hash: str) -> str:
-    return f"pm:relay-token:{token_hash}"
+def relay_token_key(run_id: int) -> str:
+    """The SHA-256 hash of the run's relay token (the token itself is never stored)."""
+    return f"pm:{run_tag(run_id)}:relay-token"
 
 
 def active_runs_key() -> str:
@@ -220,3 +221,93 @@ def release_run_slots_sync(run_ids: Iterable[tuple[int, int]]) -> None:
     for run_id, user_id in run_ids:
         client.srem(user_runs_key(user_id), run_id)
         client.srem(active_runs_key(), run_id)
+
+
+# --- Ask-user question cache ------------------------------------------------------------
+
+
+async def question_cache_put(run_id: int, question: dict[str, Any], *, ttl: int) -> None:
+    """Remember the run's pending question (the design card's question cache)."""
+    await get_async_redis().set(question_cache_key(run_id), _encode(question), ex=ttl)
+
+
+async def question_cache_get(run_id: int) -> dict[str, Any] | None:
+    raw = await get_async_redis().get(question_cache_key(run_id))
+    return json.loads(raw) if raw else None
+
+
+async def question_cache_clear(run_id: int, question_id: str) -> None:
+    """Drop the cached question if it is still this one."""
+    client = get_async_redis()
+    cached = await question_cache_get(run_id)
+    if cached and cached.get("question_id") == question_id:
+        await client.delete(question_cache_key(run_id))
+
+
+async def question_mark_shown(run_id: int, question_id: str, *, ttl: int) -> bool:
+    """True the first time a question is marked shown: whoever wins pushes the card."""
+    client = get_async_redis()
+    added = await client.sadd(question_shown_key(run_id), question_id)
+    await client.expire(question_shown_key(run_id), ttl)
+    return bool(added)
+
+
+# --- Run control ------------------------------------------------------------------------
+
+
+async def request_cancel(run_id: int) -> None:
+    """Ask whichever worker owns the run to cancel it (pub/sub now, a key as the fallback)."""
+    client = get_async_redis()
+    await client.set(cancel_key(run_id), "1", ex=3600)
+    await client.publish(control_channel(run_id), "cancel")
+
+
+async def cancel_requested(run_id: int) -> bool:
+    return bool(await get_async_redis().exists(cancel_key(run_id)))
+
+
+async def set_owner(run_id: int, worker: str, *, ttl: int) -> None:
+    await get_async_redis().set(owner_key(run_id), worker, ex=ttl)
+
+
+async def get_owner(run_id: int) -> str | None:
+    value = await get_async_redis().get(owner_key(run_id))
+    return str(value) if value is not None else None
+
+
+# --- Relay tokens -----------------------------------------------------------------------
+
+
+async def relay_token_store(run_id: int, token_hash: str, *, ttl: int) -> None:
+    await get_async_redis().set(relay_token_key(run_id), token_hash, ex=ttl)
+
+
+async def relay_token_hash(run_id: int) -> str | None:
+    value = await get_async_redis().get(relay_token_key(run_id))
+    return str(value) if value is not None else None
+
+
+async def relay_token_revoke(run_id: int) -> None:
+    await get_async_redis().delete(relay_token_key(run_id))
+
+
+# --- Answer hand-off --------------------------------------------------------------------
+
+
+async def answer_push(question_id: str, answer: dict[str, Any], *, ttl: int) -> None:
+    client = get_async_redis()
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(answer_key(question_id))
+    pipe.rpush(answer_key(question_id), _encode(answer))
+    pipe.expire(answer_key(question_id), ttl)
+    await pipe.execute()
+
+
+async def answer_pop(question_id: str, *, wait_seconds: float) -> dict[str, Any] | None:
+    """Take the answer (once), waiting up to ``wait_seconds`` for it to arrive."""
+    client = get_async_redis()
+    if wait_seconds <= 0:
+        raw = await client.lpop(answer_key(question_id))
+        return json.loads(raw) if raw else None
+    result = await client.blpop([answer_key(question_id)], timeout=wait_seconds)
+    return json.loads(result[1]) if result else None

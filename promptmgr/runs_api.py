@@ -1,7 +1,143 @@
-"""Runs API: start, status, cancel and the SSE event stream."""
+"""Runs API: start a run, read its status, cancel it, and stream its events (SSE)."""
 
 from __future__ import annotations
 
-from ninja import Router
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http import HttpRequest, StreamingHttpResponse
+from ninja import Field, Router, Schema
+from ninja.errors import HttpError
+
+from .models import Run
+from .services import runs as runs_service
+from .sse import RunEventSource, event_stream
 
 router = Router()
+
+
+class RunIn(Schema):
+    prompt: str = Field(..., max_length=runs_service.MAX_PROMPT_CHARS)
+    conversation_id: int | None = None
+
+
+class RunStartOut(Schema):
+    run_id: int
+    conversation_id: int
+    stream_token: str
+    events_url: str
+
+
+class RunOut(Schema):
+    id: int
+    conversation_id: int
+    status: str
+    engine: str
+    prompt: str
+    created_at: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    exit_code: int | None
+    error: str
+    cost_usd: Decimal | None
+    usage: dict[str, Any]
+    duration_ms: int | None
+    num_turns: int | None
+
+
+class ConversationOut(Schema):
+    id: int
+    title: str
+    updated_at: datetime
+
+
+class ConversationDetailOut(ConversationOut):
+    runs: list[dict[str, Any]]
+
+
+class Message(Schema):
+    detail: str
+
+
+def _fail(exc: runs_service.RunError) -> HttpError:
+    return HttpError(exc.status, exc.message)
+
+
+def _events_url(run_id: int) -> str:
+    return f"/api/runs/{run_id}/events"
+
+
+@router.post(
+    "/projects/{project_id}/runs",
+    response={201: RunStartOut, 404: Message, 409: Message, 422: Message, 429: Message},
+)
+async def start_run(request: HttpRequest, project_id: int, payload: RunIn) -> tuple[int, RunStartOut]:
+    try:
+        run = await runs_service.run_start(
+            user=request.auth, project_id=project_id, prompt=payload.prompt, conversation_id=payload.conversation_id
+        )
+    except runs_service.RunError as exc:
+        raise _fail(exc) from None
+    return 201, RunStartOut(
+        run_id=run.pk,
+        conversation_id=run.conversation_id,
+        stream_token=str(run.stream_token),
+        events_url=_events_url(run.pk),
+    )
+
+
+@router.get("/runs/{run_id}", response={200: RunOut, 404: Message})
+def get_run(request: HttpRequest, run_id: int) -> Run:
+    try:
+        return runs_service.run_visible(user=request.auth, run_id=run_id)
+    except runs_service.RunError as exc:
+        raise _fail(exc) from None
+
+
+@router.post("/runs/{run_id}/cancel", response={202: RunOut, 404: Message, 409: Message})
+async def cancel_run(request: HttpRequest, run_id: int) -> tuple[int, Run]:
+    try:
+        return 202, await runs_service.run_cancel(user=request.auth, run_id=run_id)
+    except runs_service.RunError as exc:
+        raise _fail(exc) from None
+
+
+@router.get("/runs/{run_id}/events", response={200: None, 404: Message})
+async def run_events(request: HttpRequest, run_id: int, last_event_id: int | None = None) -> StreamingHttpResponse:
+    try:
+        await sync_to_async(runs_service.run_visible)(user=request.auth, run_id=run_id)
+    except runs_service.RunError as exc:
+        raise _fail(exc) from None
+    header = request.headers.get("Last-Event-ID", "")
+    after = int(header) if header.isdigit() else (last_event_id or 0)
+    stream = event_stream(RunEventSource(run_id), after=after, heartbeat=settings.SSE_HEARTBEAT_SECONDS)
+    response = StreamingHttpResponse(stream, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+@router.get("/projects/{project_id}/conversations", response={200: list[ConversationOut], 404: Message})
+def list_conversations(request: HttpRequest, project_id: int) -> Any:
+    try:
+        project = runs_service.project_visible(user=request.auth, project_id=project_id)
+    except runs_service.RunError as exc:
+        raise _fail(exc) from None
+    return list(project.conversations.all()[:200])
+
+
+@router.get("/conversations/{conversation_id}", response={200: ConversationDetailOut, 404: Message})
+def get_conversation(request: HttpRequest, conversation_id: int) -> Any:
+    try:
+        conversation = runs_service.conversation_visible(user=request.auth, conversation_id=conversation_id)
+    except runs_service.RunError as exc:
+        raise _fail(exc) from None
+    return {
+        "id": conversation.pk,
+        "title": conversation.title,
+        "updated_at": conversation.updated_at,
+        "runs": runs_service.conversation_history(conversation),
+    }

@@ -100,6 +100,8 @@ TEMPLATES = [
 ]
 
 VAR_DIR = Path(envstr("VAR_DIR", str(BASE_DIR / "var")))
+# The default SQLite file and run secrets live here; create it so a fresh clone just works.
+VAR_DIR.mkdir(parents=True, exist_ok=True)
 DATABASES = {
     "default": dj_database_url.parse(
         envurl(
@@ -113,6 +115,8 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Runs write from several threads; wait for the lock rather than fail with "database is locked".
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    # A file, not memory, so the test server's threads and the test share one database.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-db-{os.getpid()}.sqlite3")}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

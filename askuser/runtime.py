@@ -1,0 +1,113 @@
+"""Per-run ask-user secrets: the relay token and the MCP server's config file.
+
+The relay token is the MCP server's only credential: 256 bits from ``secrets``, stored in
+Redis only as a SHA-256 hash with a TTL, revoked the moment the run ends. It travels in
+the 0600 config file (inside a 0700 per-run directory, removed when the run ends) and in
+an ``Authorization`` header — never in a URL, a log line or the browser.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+import logging
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+from promptmgr import live
+
+logger = logging.getLogger(__name__)
+
+STALE_SECRETS_AGE = 3600  # seconds; older per-run directories are swept at start-up
+TOKEN_PREFIX = "pmr"
+_TOKEN_RE = re.compile(r"^pmr_(\d{1,18})_([A-Za-z0-9_-]{43,})$")
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+@dataclass
+class RelaySession:
+    run_id: int
+    directory: Path
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "ask-user.json"
+
+
+def _secrets_root() -> Path:
+    root = Path(settings.RUN_SECRETS_DIR)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+    return root
+
+
+def _write_private(path: Path, content: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(content)
+
+
+async def relay_session_open(*, run_id: int, project_id: int, stream_token: str, timeout: int) -> RelaySession:
+    """Mint the run's relay token and write the MCP server's config file."""
+    # The run id rides in the token so the check is one lookup plus a constant-time compare.
+    token = f"{TOKEN_PREFIX}_{run_id}_{secrets.token_urlsafe(32)}"
+    directory = _secrets_root() / f"run-{run_id}-{secrets.token_hex(4)}"
+    directory.mkdir(mode=0o700)
+    session = RelaySession(run_id=run_id, directory=directory)
+    config = {
+        "apiUrl": settings.INTERNAL_BASE_URL,
+        "streamToken": stream_token,
+        "relayToken": token,
+        "projectId": project_id,
+        "runId": run_id,
+        "timeout": timeout,
+    }
+    _write_private(session.config_path, json.dumps(config))
+    ttl = settings.RUN_MAX_DURATION + live.RELAY_TOKEN_TTL_GRACE
+    await live.relay_token_store(run_id, hash_token(token), ttl=ttl)
+    return session
+
+
+async def relay_session_close(session: RelaySession) -> None:
+    """Kill the token and remove the secrets directory; safe to call twice."""
+    await live.relay_token_revoke(session.run_id)
+    shutil.rmtree(session.directory, ignore_errors=True)
+
+
+async def relay_token_run_id(token: str) -> int | None:
+    """The run a presented relay token belongs to, or None."""
+    match = _TOKEN_RE.match(token or "")
+    if match is None or len(token) > 200:
+        return None
+    run_id = int(match.group(1))
+    stored = await live.relay_token_hash(run_id)
+    if stored is None or not hmac.compare_digest(stored, hash_token(token)):
+        return None
+    return run_id
+
+
+def sweep_stale_secrets(*, max_age: float = STALE_SECRETS_AGE) -> int:
+    """Remove per-run secret directories left behind by a crashed worker."""
+    root = Path(settings.RUN_SECRETS_DIR)
+    if not root.exists():
+        return 0
+    removed = 0
+    cutoff = time.time() - max_age
+    for entry in root.iterdir():
+        if entry.is_dir() and entry.name.startswith("run-") and entry.stat().st_mtime < cutoff:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+    if removed:
+        logger.info("swept %d stale run secret directories", removed)
+    return removed

@@ -1,0 +1,299 @@
+"""Questions and answers: the one store both engines and all three endpoints share.
+
+A question is written to the database (history) and to the Redis question cache (live),
+pushed to the run's event stream at once, and answered exactly once through
+``answer_submit``. The answer is handed to the waiting side (the MCP server's long-poll,
+or the SDK engine's callback) through a Redis list that is popped once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from promptmgr import live
+from promptmgr.models import ACTIVE_RUN_STATUSES, Project, Run, RunStatus
+
+from .answers import AnswerError, FormAnswer, normalize_answers
+from .models import Question, QuestionSource, QuestionStatus
+
+logger = logging.getLogger(__name__)
+
+MSG_RUN_FINISHED = "The run has finished; it cannot ask or receive answers any more."
+MSG_NOT_FOUND = "No such question."
+MSG_ALREADY_ANSWERED = "This question was already answered."
+MSG_EXPIRED = "This question has expired; Claude was told to proceed without an answer."
+MSG_CANCELLED = "This question was cancelled because the run ended."
+
+
+class QuestionError(Exception):
+    """A refusal with the HTTP status the endpoints answer with."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class PollResult:
+    status: str  # answered | waiting | expired | cancelled | consumed
+    answer: dict[str, Any] | None = None
+
+
+def _payload(question: Question) -> dict[str, Any]:
+    """The normalized question shape both engines share (the card's input)."""
+    return {
+        "question_id": str(question.question_id),
+        "source": question.source,
+        "expires_at": question.expires_at.isoformat(),
+        "questions": question.questions,
+    }
+
+
+# --- Creating a question ----------------------------------------------------------------
+
+
+def _create_question(run_id: int, source: str, questions: list[dict[str, Any]], timeout: int) -> Question:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        if run.status not in ACTIVE_RUN_STATUSES:
+            raise QuestionError(410, MSG_RUN_FINISHED)
+        # One pending question per run: a newer one supersedes the old.
+        Question.objects.filter(run_id=run_id, status=QuestionStatus.PENDING).update(
+            status=QuestionStatus.EXPIRED
+        )
+        question = Question.objects.create(
+            run=run,
+            source=source,
+            questions=questions,
+            expires_at=timezone.now() + timedelta(seconds=timeout),
+        )
+        Run.objects.filter(pk=run_id).update(status=RunStatus.WAITING_FOR_USER)
+    return question
+
+
+def _question_timeout(run_id: int) -> int:
+    run = Run.objects.select_related("conversation__project").get(pk=run_id)
+    return int(run.conversation.project.ask_user_timeout)
+
+
+async def question_create(
+    *, run_id: int, source: QuestionSource, questions: list[dict[str, Any]], timeout: int | None = None
+) -> dict[str, Any]:
+    """Store a question, mark the run waiting and push the card to the browser at once."""
+    if timeout is None:
+        timeout = await sync_to_async(_question_timeout)(run_id)
+    question = await sync_to_async(_create_question)(run_id, source, questions, timeout)
+    payload = _payload(question)
+    payload["timeout"] = timeout
+    await live.question_cache_put(run_id, payload, ttl=timeout + live.QUESTION_TTL_GRACE)
+    await live.append_event(run_id, "run_status", {"status": RunStatus.WAITING_FOR_USER})
+    await question_push_if_unshown(run_id=run_id)
+    return payload
+
+
+async def question_push_if_unshown(*, run_id: int) -> bool:
+    """Push the cached question to the event stream unless it was pushed already.
+
+    The relay endpoint calls it at once; the runner's 2-second read timeout calls it as
+    the safety net. Whoever marks the question shown first pushes it; nobody twice.
+    """
+    cached = await live.question_cache_get(run_id)
+    if cached is None:
+        return False
+    if datetime.fromisoformat(cached["expires_at"]) <= timezone.now():
+        await question_expire(question_id=cached["question_id"])
+        return False
+    ttl = int(cached.get("timeout", settings.ASK_USER_DEFAULT_TIMEOUT)) + live.QUESTION_TTL_GRACE
+    if not await live.question_mark_shown(run_id, cached["question_id"], ttl=ttl):
+        return False
+    await live.append_event(run_id, "ask_user_question", cached)
+    return True
+
+
+# --- Expiry and closing -----------------------------------------------------------------
+
+
+def _expire(question_id: str, status: str) -> Question | None:
+    with transaction.atomic():
+        updated = Question.objects.filter(question_id=question_id, status=QuestionStatus.PENDING).update(
+            status=status
+        )
+        if not updated:
+            return None
+        question = Question.objects.get(question_id=question_id)
+        Run.objects.filter(pk=question.run_id, status=RunStatus.WAITING_FOR_USER).update(status=RunStatus.RUNNING)
+    return question
+
+
+async def question_expire(*, question_id: str, reason: str = "timeout") -> bool:
+    """Mark a pending question expired (or cancelled) and tell the browser."""
+    status = QuestionStatus.CANCELLED if reason == "cancelled" else QuestionStatus.EXPIRED
+    question = await sync_to_async(_expire)(question_id, status)
+    if question is None:
+        return False
+    await live.question_cache_clear(question.run_id, question_id)
+    await live.append_event(question.run_id, "ask_user_expired", {"question_id": question_id, "reason": reason})
+    if reason != "cancelled":
+        await live.append_event(question.run_id, "run_status", {"status": RunStatus.RUNNING})
+    return True
+
+
+def _pending_ids(run_id: int) -> list[str]:
+    return [str(q) for q in Question.objects.filter(run_id=run_id).pending().values_list("question_id", flat=True)]
+
+
+async def questions_close_for_run(*, run_id: int, run_status: str) -> None:
+    """The run ended: questions still open are cancelled and their cards closed."""
+    for question_id in await sync_to_async(_pending_ids)(run_id):
+        await question_expire(question_id=question_id, reason="cancelled")
+
+
+# --- Answering ----------------------------------------------------------------------------
+
+
+def _load_for_user(question_id: str, user: Any) -> Question:
+    question = (
+        Question.objects.select_related("run__conversation__project")
+        .filter(question_id=question_id, run__conversation__project__in=Project.objects.visible_to(user))
+        .first()
+    )
+    if question is None:
+        raise QuestionError(404, MSG_NOT_FOUND)
+    return question
+
+
+def _check_open(question: Question) -> None:
+    if question.status in (QuestionStatus.ANSWERED, QuestionStatus.DELIVERED):
+        raise QuestionError(409, MSG_ALREADY_ANSWERED)
+    if question.status == QuestionStatus.CANCELLED:
+        raise QuestionError(410, MSG_CANCELLED)
+    if question.status == QuestionStatus.EXPIRED or question.expires_at <= timezone.now():
+        raise QuestionError(410, MSG_EXPIRED)
+
+
+def _record_answer(question_id: str, user: Any, form: FormAnswer) -> Question:
+    with transaction.atomic():
+        updated = Question.objects.filter(
+            question_id=question_id, status=QuestionStatus.PENDING, expires_at__gt=timezone.now()
+        ).update(
+            status=QuestionStatus.ANSWERED,
+            answers=form.display,
+            selected_options=form.selections(),
+            notes=form.notes,
+            answered_by=user,
+            answered_at=timezone.now(),
+        )
+        question = Question.objects.get(question_id=question_id)
+        if not updated:
+            _check_open(question)  # raises 409 or 410: somebody else got there first
+            raise QuestionError(409, MSG_ALREADY_ANSWERED)
+        Run.objects.filter(pk=question.run_id, status=RunStatus.WAITING_FOR_USER).update(status=RunStatus.RUNNING)
+    return question
+
+
+def _prepare_answer(question_id: str, user: Any, body: dict[str, Any]) -> tuple[Question, FormAnswer]:
+    question = _load_for_user(question_id, user)
+    _check_open(question)
+    try:
+        form = normalize_answers(question.questions, body)
+    except AnswerError as exc:
+        raise QuestionError(422, str(exc)) from None
+    return question, form
+
+
+async def answer_submit(*, question_id: str, user: Any, body: dict[str, Any]) -> dict[str, Any]:
+    """Record the first valid answer and hand it to the waiting Claude turn."""
+    question, form = await sync_to_async(_prepare_answer)(question_id, user, body)
+    question = await sync_to_async(_record_answer)(question_id, user, form)
+    remaining = max(1, int((question.expires_at - timezone.now()).total_seconds()))
+    await live.answer_push(question_id, form.handoff(), ttl=remaining + live.QUESTION_TTL_GRACE)
+    await live.question_cache_clear(question.run_id, question_id)
+    event = {
+        "question_id": question_id,
+        "answers": form.display,
+        "notes": form.notes,
+        "answered_by": getattr(user, "username", ""),
+        "answered_at": (question.answered_at or timezone.now()).isoformat(),
+    }
+    await live.append_event(question.run_id, "ask_user_answered", event)
+    await live.append_event(question.run_id, "run_status", {"status": RunStatus.RUNNING})
+    return event
+
+
+# --- The waiting side ---------------------------------------------------------------------
+
+
+def _question_for_run(question_id: str, run_id: int) -> Question:
+    question = Question.objects.filter(question_id=question_id, run_id=run_id).first()
+    if question is None:
+        raise QuestionError(404, MSG_NOT_FOUND)
+    return question
+
+
+async def answer_wait(*, run_id: int, question_id: str, wait_seconds: float) -> PollResult:
+    """The long-poll: the answer the moment it exists, else "waiting" or a final state."""
+    question = await sync_to_async(_question_for_run)(question_id, run_id)
+    if question.status == QuestionStatus.CANCELLED:
+        return PollResult("cancelled")
+    if question.status == QuestionStatus.EXPIRED:
+        return PollResult("expired")
+    remaining = (question.expires_at - timezone.now()).total_seconds()
+    answer = await live.answer_pop(question_id, wait_seconds=max(0.0, min(wait_seconds, remaining)))
+    if answer is not None:
+        return PollResult("answered", answer)
+    question = await sync_to_async(_question_for_run)(question_id, run_id)
+    if question.status in (QuestionStatus.ANSWERED, QuestionStatus.DELIVERED):
+        # Answered while we waited but already taken by an earlier poll.
+        return PollResult("consumed") if question.answered_at else PollResult("waiting")
+    if question.status == QuestionStatus.CANCELLED:
+        return PollResult("cancelled")
+    if question.expires_at <= timezone.now() or question.status == QuestionStatus.EXPIRED:
+        await question_expire(question_id=question_id)
+        return PollResult("expired")
+    return PollResult("waiting")
+
+
+# --- Verification -------------------------------------------------------------------------
+
+
+def _mark_delivered(run_id: int, result_text: str) -> tuple[Question, bool] | None:
+    question = (
+        Question.objects.filter(run_id=run_id, status=QuestionStatus.ANSWERED).order_by("-answered_at").first()
+    )
+    if question is None:
+        return None
+    expected = [str(v) for v in (question.answers or {}).values()]
+    ok = all(text in result_text for text in expected)
+    if ok:
+        question.status = QuestionStatus.DELIVERED
+        question.delivered_at = timezone.now()
+    else:
+        question.delivery_mismatch = result_text[:2000]
+    question.save(update_fields=["status", "delivered_at", "delivery_mismatch"])
+    return question, ok
+
+
+async def question_result_seen(*, run_id: int, result: dict[str, Any]) -> None:
+    """The tool result of a question came back: check Claude got what the user sent."""
+    if result.get("is_error"):
+        return
+    marked = await sync_to_async(_mark_delivered)(run_id, str(result.get("content", "")))
+    if marked is None:
+        return
+    question, ok = marked
+    if not ok:
+        logger.warning("answer to question %s reached Claude altered", question.question_id)
+    await live.append_event(
+        run_id,
+        "ask_user_delivered",
+        {"question_id": str(question.question_id), "ok": ok, "answers": question.answers},
+    )

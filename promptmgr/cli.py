@@ -1,0 +1,90 @@
+"""How the Claude Code CLI is found, invoked and what environment it gets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from .models import Project
+
+DISALLOWED_TOOLS = "AskUserQuestion"
+
+# The only variables of the server's environment a CLI run may see. Secrets such as
+# SECRET_KEY or DATABASE_URL never reach Claude or the tools it runs.
+INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR")
+
+
+def bundled_cli() -> Path:
+    import claude_agent_sdk
+
+    return Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+
+
+def find_claude_cli() -> str:
+    """``CLAUDE_CLI_PATH``, else ``claude`` on PATH, else the CLI bundled in claude-agent-sdk."""
+    configured = settings.CLAUDE_CLI_PATH
+    if configured:
+        if not os.access(configured, os.X_OK):
+            raise ImproperlyConfigured(f"CLAUDE_CLI_PATH={configured!r} is not an executable file")
+        return configured
+    on_path = shutil.which("claude")
+    if on_path:
+        return on_path
+    bundled = bundled_cli()
+    if not os.access(bundled, os.X_OK):
+        raise ImproperlyConfigured(
+            "No Claude Code CLI found: set CLAUDE_CLI_PATH, put `claude` on PATH, "
+            "or reinstall claude-agent-sdk (it bundles the CLI)"
+        )
+    return str(bundled)
+
+
+def claude_home() -> Path:
+    """The CLI's HOME: its sessions (for --resume) live here, apart from the server user's."""
+    home = Path(settings.STORAGE_ROOT) / "claude-home"
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def build_command(
+    *, cli: str, project: Project, resume_session_id: str = "", partial_messages: bool = True
+) -> list[str]:
+    command = [cli, "-p", "--output-format", "stream-json", "--verbose"]
+    if partial_messages:
+        # Text deltas as they are generated, so the browser sees text appear live.
+        command.append("--include-partial-messages")
+    if resume_session_id:
+        command += ["--resume", resume_session_id]
+    if project.model:
+        command += ["--model", project.model]
+    if project.permission_mode:
+        command += ["--permission-mode", project.permission_mode]
+    # In -p mode the built-in question tool only answers "not available"; ours replaces it.
+    command += ["--disallowedTools", DISALLOWED_TOOLS]
+    return command
+
+
+def child_env(*, ask_user_config: Path | None, ask_user_timeout: int | None) -> dict[str, str]:
+    """The allowlisted environment of a CLI run (and of the MCP server it spawns)."""
+    env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.setdefault("LANG", "C.UTF-8")
+    env["HOME"] = str(claude_home())
+    env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
+    env["DISABLE_AUTOUPDATER"] = "1"
+    if settings.ANTHROPIC_API_KEY:
+        env["ANTHROPIC_API_KEY"] = settings.ANTHROPIC_API_KEY
+    elif settings.DEMO_MODEL:
+        # The demo model accepts any key; the CLI refuses to start without one.
+        env["ANTHROPIC_API_KEY"] = "offline-demo-model"
+    env["ANTHROPIC_BASE_URL"] = settings.ANTHROPIC_BASE_URL
+    if ask_user_config is not None:
+        env["ASK_USER_CONFIG"] = str(ask_user_config)
+        if ask_user_timeout is not None:
+            # The CLI must never give up on the tool before our own timeout does.
+            env["MCP_TOOL_TIMEOUT"] = str((ask_user_timeout + 120) * 1000)
+    return env

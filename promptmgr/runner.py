@@ -1,0 +1,354 @@
+"""The run supervisor: one asyncio task per run, in the web worker that started it.
+
+It spawns ``claude -p --output-format stream-json`` (see ``cli``), reads its stdout with
+the design card's 2-second timeouts, translates each line into named events appended to
+the run's Redis stream (which any worker's SSE view can serve), and on each timeout
+checks the Redis question cache so a question the relay could not push still reaches
+the browser. It enforces the run's limits, obeys cancel requests from any worker, and on
+every ending stops and reaps the CLI's whole process group, records the outcome and
+keeps the events in the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.utils import timezone
+
+from askuser import runtime as askuser_runtime
+from askuser import services as askuser_services
+
+from . import live
+from .cli import build_command, child_env, find_claude_cli
+from .models import ACTIVE_RUN_STATUSES, Conversation, Engine, Project, Run, RunEvent, RunStatus
+from .processes import TIMEOUT, Line, ManagedProcess
+from .translate import translate
+from .workspaces import mcp_server_registered, workspace_path, workspace_sync
+
+logger = logging.getLogger(__name__)
+
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+OWNER_TTL = 30  # seconds; refreshed on every loop turn while the run lives
+MAX_GARBAGE_EVENTS = 5
+
+MSG_CANCELLED = "Cancelled by the user."
+MSG_SHUTDOWN = "The server shut down while Claude was working."
+MSG_MAX_DURATION = "Stopped: the run exceeded the maximum duration of {seconds} s."
+MSG_IDLE = "Stopped: Claude Code printed nothing for {seconds} s."
+MSG_NO_RESULT = "Claude Code exited with code {code} before finishing the turn."
+MSG_NOT_JSON = "Claude Code printed a line that is not stream-json: {preview}"
+MSG_TRUNCATED = "A {size} MB line from Claude Code was cut to {limit} MB."
+MSG_SPAWN_FAILED = "Could not start Claude Code: {error}"
+
+_tasks: dict[int, asyncio.Task[None]] = {}
+
+
+@dataclass
+class RunContext:
+    run: Run
+    project: Project
+    conversation: Conversation
+
+
+@dataclass
+class Outcome:
+    status: str
+    error: str = ""
+    exit_code: int | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+def _load_context(run_id: int) -> RunContext:
+    run = Run.objects.select_related("conversation__project").get(pk=run_id)
+    return RunContext(run=run, project=run.conversation.project, conversation=run.conversation)
+
+
+def _mark_started(run_id: int) -> None:
+    Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+        status=RunStatus.RUNNING, started_at=timezone.now()
+    )
+
+
+def _save_session_id(conversation_id: int, session_id: str) -> None:
+    Conversation.objects.filter(pk=conversation_id).update(claude_session_id=session_id, updated_at=timezone.now())
+
+
+def _record_outcome(run_id: int, outcome: Outcome) -> None:
+    result = outcome.result
+    cost = result.get("cost_usd")
+    Run.objects.filter(pk=run_id).update(
+        status=outcome.status,
+        ended_at=timezone.now(),
+        exit_code=outcome.exit_code,
+        error=outcome.error[:20_000],
+        cost_usd=Decimal(str(cost)) if isinstance(cost, int | float) else None,
+        usage=result.get("usage") or {},
+        duration_ms=result.get("duration_ms"),
+        num_turns=result.get("num_turns"),
+    )
+
+
+def persist_events(run_id: int, events: list[live.Event]) -> None:
+    """Keep the run's events in the database so the conversation outlives Redis."""
+    RunEvent.objects.bulk_create(
+        [RunEvent(run_id=run_id, seq=e.id, event=e.event, data=e.data) for e in events],
+        ignore_conflicts=True,
+    )
+
+
+async def _all_events(run_id: int) -> list[live.Event]:
+    events: list[live.Event] = []
+    after = 0
+    while batch := await live.read_events(run_id, after, count=2000):
+        events.extend(batch)
+        after = batch[-1].id
+    return events
+
+
+class RunSupervisor:
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+        self.process: ManagedProcess | None = None
+        self.stop_status: str | None = None
+        self.stop_message = ""
+        self.result: dict[str, Any] | None = None
+        self.errors: list[str] = []
+        self.garbage = 0
+        self.ask_user = False
+        self.ask_user_timeout = settings.ASK_USER_DEFAULT_TIMEOUT
+        self.relay: askuser_runtime.RelaySession | None = None
+
+    async def emit(self, event: str, data: dict[str, Any]) -> int:
+        return await live.append_event(self.run_id, event, data)
+
+    def request_stop(self, status: str, message: str) -> None:
+        """Stop the CLI; the read loop then sees end of output and records ``status``."""
+        if self.stop_status is None:
+            self.stop_status, self.stop_message = status, message
+        if self.process is not None:
+            self.process.terminate()
+
+    async def execute(self) -> None:
+        ctx = await sync_to_async(_load_context)(self.run_id)
+        outcome = Outcome(status=RunStatus.FAILED)
+        listener = asyncio.create_task(self._listen_for_cancel())
+        try:
+            await live.set_owner(self.run_id, WORKER_ID, ttl=OWNER_TTL)
+            await sync_to_async(_mark_started)(self.run_id)
+            await self.emit("run_status", {"status": RunStatus.RUNNING})
+            if await live.cancel_requested(self.run_id):
+                self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
+            else:
+                outcome = await self._run_cli(ctx)
+        except asyncio.CancelledError:
+            self.request_stop(RunStatus.CANCELLED, MSG_SHUTDOWN)
+            raise
+        except Exception as exc:
+            logger.exception("run %s failed", self.run_id)
+            outcome = Outcome(status=RunStatus.FAILED, error=MSG_SPAWN_FAILED.format(error=exc))
+        finally:
+            listener.cancel()
+            if self.stop_status is not None:
+                outcome.status, outcome.error = self.stop_status, self.stop_message
+            # Shielded: a shutdown must not interrupt the clean-up it asked for.
+            await asyncio.shield(self._finish(ctx, outcome))
+
+    async def _run_cli(self, ctx: RunContext) -> Outcome:
+        project = ctx.project
+        root = workspace_path(project)
+        if not root.exists():
+            await sync_to_async(workspace_sync)(project=project)
+        self.ask_user = mcp_server_registered(project)
+        self.ask_user_timeout = project.ask_user_timeout
+        config_path = None
+        if self.ask_user:
+            self.relay = await askuser_runtime.relay_session_open(
+                run_id=self.run_id,
+                project_id=project.pk,
+                stream_token=str(ctx.run.stream_token),
+                timeout=project.ask_user_timeout,
+            )
+            config_path = self.relay.config_path
+        command = build_command(
+            cli=find_claude_cli(), project=project, resume_session_id=ctx.conversation.claude_session_id
+        )
+        env = child_env(ask_user_config=config_path, ask_user_timeout=project.ask_user_timeout)
+        self.process = await ManagedProcess.spawn(
+            command, cwd=root, env=env, stdin_data=ctx.run.prompt.encode()
+        )
+        if self.stop_status is not None:  # cancelled while spawning
+            self.process.terminate()
+        await self._read_loop(ctx)
+        code = await self.process.stop()
+        return self._outcome(code)
+
+    async def _read_loop(self, ctx: RunContext) -> None:
+        assert self.process is not None
+        loop = asyncio.get_running_loop()
+        started = last_output = loop.time()
+        while True:
+            item = await self.process.next_line(settings.RUN_READ_TIMEOUT)
+            now = loop.time()
+            if item is None:
+                return
+            if isinstance(item, Line):
+                last_output = now
+                await self._on_line(ctx, item)
+            else:
+                assert item is TIMEOUT
+                await self._on_idle()
+            if self.stop_status is None:
+                self._check_limits(now - started, now - last_output)
+
+    def _check_limits(self, elapsed: float, idle: float) -> None:
+        if elapsed > settings.RUN_MAX_DURATION:
+            self.request_stop(RunStatus.TIMED_OUT, MSG_MAX_DURATION.format(seconds=settings.RUN_MAX_DURATION))
+        elif idle > settings.RUN_IDLE_TIMEOUT:
+            self.request_stop(RunStatus.TIMED_OUT, MSG_IDLE.format(seconds=settings.RUN_IDLE_TIMEOUT))
+
+    async def _on_idle(self) -> None:
+        """The 2-second read timeout: refresh ownership and look for an unshown question."""
+        await live.set_owner(self.run_id, WORKER_ID, ttl=OWNER_TTL)
+        if self.ask_user:
+            await askuser_services.question_push_if_unshown(run_id=self.run_id)
+
+    async def _on_line(self, ctx: RunContext, line: Line) -> None:
+        if line.truncated:
+            size = len(line.data) // (1024 * 1024)
+            await self.emit("error", {"message": MSG_TRUNCATED.format(size=f"{size}+", limit=size)})
+            return
+        try:
+            parsed = json.loads(line.data)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            parsed = None
+        if not isinstance(parsed, dict):
+            await self._on_garbage(line.data)
+            return
+        if parsed.get("type") == "system" and parsed.get("subtype") == "init" and parsed.get("session_id"):
+            await sync_to_async(_save_session_id)(ctx.conversation.pk, str(parsed["session_id"]))
+        for event, data in translate(parsed):
+            if event == "result":
+                self.result = data
+            await self.emit(event, data)
+            if event == "tool_result" and self.ask_user:
+                await askuser_services.question_result_seen(run_id=self.run_id, result=data)
+
+    async def _on_garbage(self, data: bytes) -> None:
+        self.garbage += 1
+        preview = data[:200].decode("utf-8", "replace").strip()
+        message = MSG_NOT_JSON.format(preview=preview)
+        if len(self.errors) < MAX_GARBAGE_EVENTS:
+            self.errors.append(message)
+            await self.emit("error", {"message": message})
+
+    def _outcome(self, code: int) -> Outcome:
+        assert self.process is not None
+        if self.result is not None and not self.result.get("is_error") and code == 0:
+            return Outcome(status=RunStatus.COMPLETED, exit_code=code, result=self.result)
+        reasons = list(self.errors)
+        if self.result is not None and self.result.get("is_error"):
+            reasons.insert(0, f"Claude reported an error: {self.result.get('result') or self.result.get('subtype')}")
+        if self.result is None:
+            reasons.insert(0, MSG_NO_RESULT.format(code=code))
+        tail = self.process.stderr_tail()
+        if tail.strip():
+            reasons.append("stderr:\n" + tail.strip())
+        return Outcome(status=RunStatus.FAILED, exit_code=code, error="\n".join(reasons), result=self.result or {})
+
+    async def _listen_for_cancel(self) -> None:
+        client = live.get_async_redis()
+        pubsub = client.pubsub()
+        try:
+            await pubsub.subscribe(live.control_channel(self.run_id))
+            # A cancel sent before we subscribed left the key behind.
+            if await live.cancel_requested(self.run_id):
+                self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
+            async for message in pubsub.listen():
+                if message.get("type") == "message" and message.get("data") == "cancel":
+                    self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+
+    async def _finish(self, ctx: RunContext, outcome: Outcome) -> None:
+        if self.process is not None:
+            outcome.exit_code = await self.process.stop()
+        if self.relay is not None:
+            await askuser_runtime.relay_session_close(self.relay)
+        await askuser_services.questions_close_for_run(run_id=self.run_id, run_status=outcome.status)
+        await sync_to_async(_record_outcome)(self.run_id, outcome)
+        if outcome.error:
+            await self.emit("error", {"message": outcome.error.split("\nstderr:")[0], "final": True})
+        await self.emit(
+            "run_status",
+            {
+                "status": outcome.status,
+                "error": outcome.error.split("\nstderr:")[0],
+                "cost_usd": (outcome.result or {}).get("cost_usd"),
+                "duration_ms": (outcome.result or {}).get("duration_ms"),
+            },
+        )
+        await self.emit("done", {"status": outcome.status})
+        events = await _all_events(self.run_id)
+        await sync_to_async(persist_events)(self.run_id, events)
+        await live.expire_run_keys(self.run_id, settings.EVENT_STREAM_TTL)
+        await live.release_run_slot(self.run_id, ctx.run.user_id)
+
+
+def launch(run_id: int) -> asyncio.Task[None]:
+    """Start supervising a run in this worker's event loop."""
+    task = asyncio.get_running_loop().create_task(RunSupervisor(run_id).execute(), name=f"run-{run_id}")
+    _tasks[run_id] = task
+    task.add_done_callback(lambda _t: _tasks.pop(run_id, None))
+    return task
+
+
+def active_tasks() -> dict[int, asyncio.Task[None]]:
+    return dict(_tasks)
+
+
+async def shutdown_all(timeout: float = 20.0) -> None:
+    """Server shutdown: stop every run this worker owns and wait for their clean-up."""
+    tasks = list(_tasks.values())
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)
+
+
+def recover_orphaned_runs() -> list[int]:
+    """Runs marked active whose worker is gone (no owner key) become failed."""
+    import redis as redis_sync
+
+    client = live.get_redis()
+    orphaned: list[int] = []
+    for run in Run.objects.filter(status__in=ACTIVE_RUN_STATUSES).only("pk", "user_id"):
+        try:
+            owner = client.get(live.owner_key(run.pk))
+        except redis_sync.RedisError:
+            return orphaned
+        if owner is None and run.pk not in _tasks:
+            orphaned.append(run.pk)
+            Run.objects.filter(pk=run.pk, status__in=ACTIVE_RUN_STATUSES).update(
+                status=RunStatus.FAILED,
+                ended_at=timezone.now(),
+                error="The worker running this prompt stopped unexpectedly.",
+            )
+            live.append_event_sync(run.pk, "run_status", {"status": RunStatus.FAILED})
+            live.append_event_sync(run.pk, "done", {"status": RunStatus.FAILED})
+            live.release_run_slots_sync([(run.pk, run.user_id)])
+    return orphaned
+
+
+__all__ = ["Engine", "RunSupervisor", "launch", "shutdown_all", "recover_orphaned_runs"]

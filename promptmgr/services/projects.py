@@ -1,0 +1,148 @@
+"""Creating, changing and finding projects.
+
+Every write validates the whole project (the model's ``full_clean`` plus the rules that
+span fields), saves in a transaction and then regenerates the workspace, so the API, the
+pages and the admin all leave the same files behind. Error texts are constants that the
+tests assert on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.http import Http404
+
+from promptmgr.models import (
+    ASK_USER_TIMEOUT_MAX,
+    ASK_USER_TIMEOUT_MIN,
+    Engine,
+    PermissionMode,
+    Project,
+)
+from promptmgr.workspaces import workspace_sync
+
+NAME_REQUIRED = "Give the project a name."
+ENGINE_INVALID = "Engine must be one of: " + ", ".join(Engine.values) + "."
+PERMISSION_MODE_INVALID = "Permission mode must be one of: " + ", ".join(PermissionMode.values) + "."
+TIMEOUT_OUT_OF_RANGE = (
+    f"The ask-user timeout must be between {ASK_USER_TIMEOUT_MIN} and {ASK_USER_TIMEOUT_MAX} seconds."
+)
+SDK_BYPASS_REFUSED = (
+    "The SDK engine cannot run with bypassPermissions: in that mode the SDK never asks the app "
+    "before a tool runs, so Claude's questions could not reach you. Choose another permission "
+    "mode or the CLI engine."
+)
+PROJECT_NOT_FOUND = "Project not found."
+
+# What project_update may change; ownership and membership are managed elsewhere.
+UPDATABLE_FIELDS = frozenset(
+    {"name", "context", "engine", "ask_user_enabled", "ask_user_timeout", "permission_mode", "model"}
+)
+
+
+class ProjectNotFound(Http404):
+    """The project does not exist or the user may not see it; callers answer 404 either way."""
+
+
+def project_check_engine_mode(*, engine: str, permission_mode: str) -> None:
+    """Refuse the SDK engine in bypassPermissions mode, where ``can_use_tool`` never fires."""
+    if engine == Engine.SDK and permission_mode == PermissionMode.BYPASS:
+        raise ValidationError({"permission_mode": [SDK_BYPASS_REFUSED]})
+
+
+def project_validate(project: Project) -> None:
+    """Validate every field and the cross-field rules; errors are keyed by field name."""
+    project.name = (project.name or "").strip()
+    errors: dict[str, list[str]] = {}
+    try:
+        # The only constraint, the timeout range, is checked below with a clearer message.
+        project.full_clean(validate_constraints=False)
+    except ValidationError as exc:
+        errors = {field: list(messages) for field, messages in exc.message_dict.items()}
+    # Our own wording for the rules users meet most, instead of Django's generic texts.
+    if not project.name:
+        errors["name"] = [NAME_REQUIRED]
+    if project.engine not in Engine.values:
+        errors["engine"] = [ENGINE_INVALID]
+    if project.permission_mode not in PermissionMode.values:
+        errors["permission_mode"] = [PERMISSION_MODE_INVALID]
+    timeout = project.ask_user_timeout
+    if isinstance(timeout, int) and not ASK_USER_TIMEOUT_MIN <= timeout <= ASK_USER_TIMEOUT_MAX:
+        errors["ask_user_timeout"] = [TIMEOUT_OUT_OF_RANGE]
+    try:
+        project_check_engine_mode(engine=project.engine, permission_mode=project.permission_mode)
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            errors.setdefault(field, []).extend(messages)
+    if errors:
+        raise ValidationError(errors)
+
+
+def _save_and_sync(project: Project) -> Project:
+    with transaction.atomic():
+        project.save()
+    # Files are written after the commit; `sync_workspaces` repairs any drift.
+    workspace_sync(project=project)
+    return project
+
+
+def project_create(
+    *,
+    owner: Any,
+    name: str,
+    context: str = "",
+    engine: str = Engine.CLI,
+    ask_user_enabled: bool = True,
+    ask_user_timeout: int | None = None,
+    permission_mode: str = PermissionMode.ACCEPT_EDITS,
+    model: str = "",
+) -> Project:
+    """Create a project owned by ``owner`` and generate its workspace.
+
+    ``ask_user_timeout=None`` takes the server default (``ASK_USER_DEFAULT_TIMEOUT``).
+    """
+    project = Project(
+        owner=owner,
+        name=name,
+        context=context,
+        engine=engine,
+        ask_user_enabled=ask_user_enabled,
+        permission_mode=permission_mode,
+        model=model,
+    )
+    if ask_user_timeout is not None:
+        project.ask_user_timeout = ask_user_timeout
+    project_validate(project)
+    return _save_and_sync(project)
+
+
+def project_update(*, project: Project, **fields: Any) -> Project:
+    """Change some of a project's settings and regenerate its workspace.
+
+    On a validation error the project object is restored from the database, so the
+    caller never holds half-applied values.
+    """
+    unknown = set(fields) - UPDATABLE_FIELDS
+    if unknown:
+        raise TypeError(f"project_update() cannot change {', '.join(sorted(unknown))}")
+    for field, value in fields.items():
+        setattr(project, field, value)
+    try:
+        project_validate(project)
+    except ValidationError:
+        project.refresh_from_db()
+        raise
+    return _save_and_sync(project)
+
+
+def project_for_user(*, user: Any, project_id: int) -> Project:
+    """The project if ``user`` owns it or is a member; otherwise ``ProjectNotFound``.
+
+    Projects a user may not see are indistinguishable from projects that do not exist.
+    """
+    try:
+        return Project.objects.visible_to(user).select_related("owner").get(pk=project_id)
+    except Project.DoesNotExist:
+        raise ProjectNotFound(PROJECT_NOT_FOUND) from None

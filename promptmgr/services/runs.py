@@ -1,0 +1,137 @@
+"""Starting, reading and cancelling runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import transaction
+
+from promptmgr import live, runner
+from promptmgr.models import Conversation, Project, Run, RunEvent, RunStatus
+
+MAX_PROMPT_CHARS = 100_000
+MSG_EMPTY_PROMPT = "Type a prompt first."
+MSG_LONG_PROMPT = f"Prompts are limited to {MAX_PROMPT_CHARS} characters."
+MSG_CONVERSATION_BUSY = "Claude is still working in this conversation; wait for it or cancel it first."
+MSG_USER_CAP = "You already have {limit} runs going; wait for one to finish or cancel one."
+MSG_GLOBAL_CAP = "The server is at its limit of {limit} concurrent runs; try again shortly."
+MSG_NOT_FOUND = "Not found."
+MSG_ALREADY_FINISHED = "This run has already finished."
+
+
+class RunError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def project_visible(*, user: Any, project_id: int) -> Project:
+    project = Project.objects.visible_to(user).filter(pk=project_id).first()
+    if project is None:
+        raise RunError(404, MSG_NOT_FOUND)
+    return project
+
+
+def run_visible(*, user: Any, run_id: int) -> Run:
+    run = Run.objects.visible_to(user).select_related("conversation").filter(pk=run_id).first()
+    if run is None:
+        raise RunError(404, MSG_NOT_FOUND)
+    return run
+
+
+def conversation_visible(*, user: Any, conversation_id: int) -> Conversation:
+    conversation = (
+        Conversation.objects.filter(project__in=Project.objects.visible_to(user), pk=conversation_id)
+        .select_related("project")
+        .first()
+    )
+    if conversation is None:
+        raise RunError(404, MSG_NOT_FOUND)
+    return conversation
+
+
+def _create_run(*, user: Any, project_id: int, prompt: str, conversation_id: int | None) -> Run:
+    text = prompt.strip()
+    if not text:
+        raise RunError(422, MSG_EMPTY_PROMPT)
+    if len(text) > MAX_PROMPT_CHARS:
+        raise RunError(422, MSG_LONG_PROMPT)
+    project = project_visible(user=user, project_id=project_id)
+    with transaction.atomic():
+        if conversation_id is None:
+            conversation = Conversation.objects.create(project=project, user=user, title=text[:80])
+        else:
+            conversation = (
+                Conversation.objects.select_for_update().filter(pk=conversation_id, project=project).first()
+            )
+            if conversation is None:
+                raise RunError(404, MSG_NOT_FOUND)
+            if conversation.runs.active().exists():
+                raise RunError(409, MSG_CONVERSATION_BUSY)
+        return Run.objects.create(conversation=conversation, user=user, engine=project.engine, prompt=text)
+
+
+def _discard_run(run_id: int) -> None:
+    Run.objects.filter(pk=run_id).delete()
+
+
+async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id: int | None = None) -> Run:
+    """Create the run, claim a concurrency slot and start supervising it in this worker."""
+    run = await sync_to_async(_create_run)(
+        user=user, project_id=project_id, prompt=prompt, conversation_id=conversation_id
+    )
+    claimed = await live.claim_run_slot(
+        run.pk, run.user_id, per_user=settings.RUNS_PER_USER, total=settings.RUNS_GLOBAL
+    )
+    if claimed < 0:
+        # Nothing half-written: the refused run leaves no trace.
+        await sync_to_async(_discard_run)(run.pk)
+        if claimed == -1:
+            raise RunError(429, MSG_USER_CAP.format(limit=settings.RUNS_PER_USER))
+        raise RunError(429, MSG_GLOBAL_CAP.format(limit=settings.RUNS_GLOBAL))
+    await live.append_event(
+        run.pk,
+        "prompt",
+        {"text": run.prompt, "user": getattr(user, "username", ""), "conversation_id": run.conversation_id},
+    )
+    await live.append_event(run.pk, "run_status", {"status": RunStatus.QUEUED})
+    runner.launch(run.pk)
+    return run
+
+
+async def run_cancel(*, user: Any, run_id: int) -> Run:
+    run = await sync_to_async(run_visible)(user=user, run_id=run_id)
+    if not run.is_active:
+        raise RunError(409, MSG_ALREADY_FINISHED)
+    # Whichever worker owns the run hears this on its control channel.
+    await live.request_cancel(run.pk)
+    return run
+
+
+def stored_events(run_id: int, after: int) -> list[live.Event]:
+    rows = RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")
+    return [live.Event(id=row.seq, event=row.event, data=row.data) for row in rows]
+
+
+def run_is_active(run_id: int) -> bool:
+    return Run.objects.filter(pk=run_id).active().exists()
+
+
+def conversation_history(conversation: Conversation) -> list[dict[str, Any]]:
+    """Every run of a conversation with its stored events, for showing it again."""
+    history = []
+    for run in conversation.runs.order_by("created_at", "id"):
+        events = [] if run.is_active else stored_events(run.pk, 0)
+        history.append(
+            {
+                "run_id": run.pk,
+                "status": run.status,
+                "active": run.is_active,
+                "events_url": f"/api/runs/{run.pk}/events",
+                "events": [{"id": e.id, "event": e.event, "data": e.data} for e in events],
+            }
+        )
+    return history

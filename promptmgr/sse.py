@@ -1,0 +1,77 @@
+"""Server-Sent Events for a run: replay from Last-Event-ID, then tail live.
+
+The generator is independent of HTTP: it takes its event source as an argument, so tests
+feed it a finite source. Any worker can serve any run's events: they live in Redis (and
+in the database once the run has ended and its stream expired).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from asgiref.sync import sync_to_async
+
+from . import live
+from .services.runs import run_is_active, stored_events
+
+logger = logging.getLogger(__name__)
+
+RETRY_MS = 2000
+
+
+class EventSource(Protocol):
+    async def next_batch(self, after: int, wait_seconds: float) -> list[live.Event]:
+        """Events with id > ``after``, waiting up to ``wait_seconds`` for the first."""
+
+    async def finished(self) -> bool:
+        """True when no further events will come."""
+
+
+class RunEventSource:
+    """A run's events from Redis, or from the database once Redis has let them go."""
+
+    def __init__(self, run_id: int) -> None:
+        self.run_id = run_id
+
+    async def next_batch(self, after: int, wait_seconds: float) -> list[live.Event]:
+        if await live.stream_exists(self.run_id):
+            return await live.wait_events(self.run_id, after, block_ms=max(1, int(wait_seconds * 1000)))
+        stored = await sync_to_async(stored_events)(self.run_id, after)
+        if stored:
+            return stored
+        await asyncio.sleep(min(wait_seconds, 1.0))
+        return []
+
+    async def finished(self) -> bool:
+        return not await sync_to_async(run_is_active)(self.run_id)
+
+
+async def event_stream(source: EventSource, *, after: int, heartbeat: float) -> AsyncIterator[bytes]:
+    """SSE bytes: each event with ``id:`` and ``event:``, comments as heartbeats, ``done`` last."""
+    yield f"retry: {RETRY_MS}\n\n".encode()
+    quiet_since = asyncio.get_running_loop().time()
+    try:
+        while True:
+            batch = await source.next_batch(after, heartbeat)
+            for event in batch:
+                yield event.to_sse()
+                after = event.id
+                if event.event == "done":
+                    return
+            now = asyncio.get_running_loop().time()
+            if batch:
+                quiet_since = now
+                continue
+            if now - quiet_since >= heartbeat:
+                yield b": keep-alive\n\n"
+                quiet_since = now
+                # A run whose worker vanished never writes "done"; do not hang forever.
+                if await source.finished() and not await source.next_batch(after, 0.001):
+                    yield live.Event(id=after + 1, event="done", data={"status": "unknown"}).to_sse()
+                    return
+    except asyncio.CancelledError:
+        logger.debug("SSE client went away at event %s", after)
+        raise

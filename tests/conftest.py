@@ -1,0 +1,262 @@
+"""Shared fixtures: real Redis, the scripted model, the real Claude CLI, uvicorn, Chromium.
+
+The only simulated part is the language model (``promptmgr.scripted_model``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import uvicorn
+
+# Playwright's sync API keeps an event loop in the main thread; Django must still allow
+# ORM calls from the test body.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+from tests.helpers import free_port, wait_until
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
+
+
+# --- Redis --------------------------------------------------------------------------
+
+
+def _reachable(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
+    except (redis.RedisError, OSError, ValueError):
+        return False
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Redis: ``REDIS_URL`` when reachable (its db 15), else a private redis-server."""
+    configured = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    if _reachable(configured):
+        url = (
+            configured.rsplit("/", 1)[0] + "/15"
+            if configured.startswith("redis://")
+            else configured
+        )
+        redis.Redis.from_url(url).flushdb()
+        yield url
+        return
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail(
+            "No Redis reachable at REDIS_URL and no redis-server installed (make test installs it)"
+        )
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        cwd=workdir,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        wait_until(lambda: _reachable(url), timeout=10, what="private redis-server")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(autouse=True)
+def _app_settings(settings: Any, redis_url: str, tmp_path: Path) -> Iterator[None]:
+    """Every test gets its own workspace root and secrets dir, and the real Redis."""
+    from promptmgr import live
+
+    settings.REDIS_URL = redis_url
+    settings.STORAGE_ROOT = tmp_path / "storage"
+    # Short path: unix sockets and config paths stay well under OS limits.
+    secrets_dir = Path(tempfile.mkdtemp(prefix="pm-secrets-"))
+    settings.RUN_SECRETS_DIR = secrets_dir
+    live.reset_clients()
+    yield
+    live.reset_clients()
+    shutil.rmtree(secrets_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> redis.Redis:
+    return redis.Redis.from_url(redis_url, decode_responses=True)
+
+
+# --- People and projects ------------------------------------------------------------
+
+
+@pytest.fixture
+def alice(db: Any) -> Any:
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user("alice", "alice@example.com", "alice-password")
+
+
+@pytest.fixture
+def bob(db: Any) -> Any:
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user("bob", "bob@example.com", "bob-password")
+
+
+@pytest.fixture
+def carol(db: Any) -> Any:
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user("carol", "carol@example.com", "carol-password")
+
+
+# --- The scripted model and the real CLI ----------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def scripted_model_url() -> Iterator[str]:
+    """The scripted Anthropic Messages API server, as its own process."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "promptmgr.scripted_model", "--port", str(port)],
+        cwd=REPO,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/_scripted/health", timeout=0.5).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, timeout=20, what="scripted model server")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def model_settings(settings: Any, scripted_model_url: str) -> Any:
+    """Point the app's CLI runs at the scripted model."""
+    settings.ANTHROPIC_BASE_URL = scripted_model_url
+    settings.ANTHROPIC_API_KEY = "sk-scripted-test-key"
+    settings.DEMO_MODEL = False
+    return settings
+
+
+@pytest.fixture(scope="session")
+def claude_cli() -> str:
+    from promptmgr.cli import find_claude_cli
+
+    return find_claude_cli()
+
+
+# --- The app over real HTTP -----------------------------------------------------------
+
+
+class LiveServer:
+    """uvicorn serving the real ASGI app in a thread of the test process."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        from promptmgr.asgi import application
+
+        config = uvicorn.Config(
+            application,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+        )
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(
+            target=self._server.run, name="uvicorn-live", daemon=True
+        )
+        self._thread.start()
+        wait_until(
+            lambda: bool(self._server and self._server.started),
+            timeout=20,
+            what="uvicorn",
+        )
+
+    def stop(self) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout=30)
+
+
+@pytest.fixture
+def app_server(transactional_db: Any, model_settings: Any) -> Iterator[LiveServer]:
+    """The app on a real port, wired to the scripted model; runs reach it on loopback."""
+    server = LiveServer(free_port())
+    model_settings.INTERNAL_BASE_URL = server.url
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# --- A real browser -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"Chromium not found at {CHROMIUM} (make test installs Debian's chromium)"
+        )
+    with sync_playwright() as playwright:
+        instance = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context()
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    yield page
+    context.close()

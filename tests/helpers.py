@@ -1,0 +1,121 @@
+"""Plain helpers shared by tests (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+if TYPE_CHECKING:
+    from tests.conftest import LiveServer
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def make_project(
+    *, owner: Any, members: tuple[Any, ...] = (), sync: bool = True, **fields: Any
+) -> Any:
+    """A project with its workspace generated, as the app would leave it."""
+    from promptmgr.models import Project
+    from promptmgr.workspaces import workspace_sync
+
+    fields.setdefault("name", "Test project")
+    project = Project.objects.create(owner=owner, **fields)
+    if members:
+        project.members.add(*members)
+    if sync:
+        workspace_sync(project=project)
+    return project
+
+
+def login_client(server: LiveServer, username: str, password: str) -> httpx.Client:
+    """An httpx client holding a real session cookie and the CSRF token header."""
+    client = httpx.Client(base_url=server.url, timeout=30, follow_redirects=False)
+    page = client.get("/accounts/login/")
+    token = page.cookies.get("csrftoken") or client.cookies.get("csrftoken")
+    response = client.post(
+        "/accounts/login/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+        headers={"Referer": f"{server.url}/accounts/login/"},
+    )
+    assert response.status_code == 302, (
+        f"login failed for {username}: {response.status_code}"
+    )
+    client.headers["X-CSRFToken"] = client.cookies.get("csrftoken") or ""
+    client.headers["Referer"] = f"{server.url}/"
+    return client
+
+
+def browser_login(page: Any, server: LiveServer, username: str, password: str) -> None:
+    page.goto(f"{server.url}/accounts/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit], input[type=submit]")
+    page.wait_for_url(f"{server.url}/projects/")
+
+
+class SSEEvent:
+    def __init__(self, id: int, event: str, data: Any) -> None:
+        self.id, self.event, self.data = id, event, data
+
+    def __repr__(self) -> str:
+        return f"SSEEvent({self.id}, {self.event!r}, {self.data!r})"
+
+
+def read_sse(
+    client: httpx.Client,
+    url: str,
+    *,
+    until: Callable[[SSEEvent], bool] | None = None,
+    last_event_id: int | None = None,
+    timeout: float = 60,
+) -> list[SSEEvent]:
+    """Read SSE events until ``until`` says stop (default: the ``done`` event)."""
+    import json as _json
+
+    stop = until or (lambda e: e.event == "done")
+    headers = {"Last-Event-ID": str(last_event_id)} if last_event_id is not None else {}
+    events: list[SSEEvent] = []
+    deadline = time.monotonic() + timeout
+    with client.stream("GET", url, headers=headers, timeout=httpx.Timeout(timeout, read=timeout)) as response:
+        assert response.status_code == 200, response.read()
+        fields: dict[str, str] = {}
+        for line in response.iter_lines():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"SSE: no stop event within {timeout}s; got {events}")
+            if line == "":
+                if "event" in fields:
+                    event = SSEEvent(int(fields["id"]), fields["event"], _json.loads(fields.get("data", "null")))
+                    events.append(event)
+                    if stop(event):
+                        return events
+                fields = {}
+                continue
+            if line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            fields[name] = value[1:] if value.startswith(" ") else value
+    return events
+
+
+def script(*steps: dict[str, Any]) -> str:
+    """A prompt that makes the scripted model play these steps."""
+    import json as _json
+
+    return "SCRIPT: " + _json.dumps(list(steps))
