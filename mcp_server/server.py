@@ -1,0 +1,178 @@
+"""The ``ask-user`` MCP server and its one tool, ``ask_user`` (``mcp__ask-user__ask_user`` to Claude).
+
+``ask_user`` below is the plain, testable function; ``ask_user_tool`` is the thin wrapper whose
+signature is the tool's input schema and whose docstring is the description the model reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import Sequence
+from typing import Annotated, Literal, cast, get_args
+
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field, WithJsonSchema
+
+from . import answers
+from .config import CONFIG_ENV_VAR, ConfigError, load_config
+from .relay import (
+    ClientFactory,
+    Option,
+    Question,
+    QuestionCancelled,
+    QuestionExpired,
+    QuestionRejected,
+    RelayUnavailable,
+    RunFinished,
+    default_client,
+    relay_question,
+    wait_for_answer,
+)
+
+SERVER_NAME = "ask-user"
+TOOL_NAME = "ask_user"
+TOOL_TITLE = "Ask the user"
+LOG_LEVEL_ENV_VAR = "ASK_USER_LOG_LEVEL"
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+INSTRUCTIONS = (
+    "The person who started this session is watching it in a browser but cannot reply to your "
+    "messages until the run ends. When you need their decision, call ask_user instead of ending "
+    "your turn with a question or guessing."
+)
+
+# Written by hand so the model sees the same flat shape as the functional spec (no $defs/anyOf).
+OPTIONS_SCHEMA = {
+    "type": "array",
+    "description": (
+        "Choices to offer, usually 2-4. Leave out for a free-text answer. The user can always write "
+        "their own answer instead."
+    ),
+    "items": {
+        "type": "object",
+        "required": ["label"],
+        "properties": {
+            "label": {"type": "string", "description": "Short label for the option (1-5 words)"},
+            "description": {
+                "type": "string",
+                "description": "Longer explanation of what choosing this option means",
+            },
+        },
+    },
+}
+HEADER_SCHEMA = {
+    "type": "string",
+    "description": 'Very short topic label shown as a chip above the question, e.g. "Database"',
+}
+
+
+def _text_result(text: str, *, is_error: bool = False) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=is_error)
+
+
+async def ask_user(
+    config_path_env: str | None,
+    question: str,
+    options: Sequence[Option] | None = None,
+    multi_select: bool = False,
+    header: str | None = None,
+    *,
+    client_factory: ClientFactory = default_client,
+) -> CallToolResult:
+    """Relay one question to PromptManager and wait for the answer.
+
+    ``config_path_env`` is the value of ``ASK_USER_CONFIG`` (None when unset). Every outcome is a
+    text result: the formatted answer, or ``is_error`` with a sentence telling Claude what to do.
+    """
+    try:
+        # File read and getaddrinfo block; keep the event loop (and the stdio session) responsive.
+        config = await asyncio.to_thread(load_config, config_path_env)
+    except ConfigError as exc:
+        return _text_result(answers.not_configured(str(exc)), is_error=True)
+
+    choices = tuple(Option(label=o.label.strip(), description=o.description) for o in options or ())
+    problem = answers.argument_problem(question, [o.label for o in choices])
+    if problem is not None:
+        return _text_result(answers.invalid_arguments(problem), is_error=True)
+    payload = Question(
+        question=question.strip(),
+        header=(header or "").strip() or None,
+        options=choices,
+        multi_select=multi_select and bool(choices),
+    )
+
+    async with client_factory() as client:
+        try:
+            relayed = await relay_question(client, config, payload)
+            answer = await wait_for_answer(client, config, relayed)
+        except QuestionExpired as exc:
+            return _text_result(answers.timed_out(exc.timeout), is_error=True)
+        except QuestionCancelled:
+            return _text_result(answers.CANCELLED, is_error=True)
+        except RunFinished:
+            return _text_result(answers.RUN_ENDED, is_error=True)
+        except QuestionRejected as exc:
+            return _text_result(answers.rejected(exc.detail), is_error=True)
+        except RelayUnavailable as exc:
+            return _text_result(answers.unreachable(exc.reason), is_error=True)
+    return _text_result(answers.format_answer(answer))
+
+
+async def ask_user_tool(
+    question: Annotated[str, Field(description="The question to ask the user, as one clear sentence")],
+    options: Annotated[list[Option] | None, WithJsonSchema(OPTIONS_SCHEMA)] = None,
+    # camelCase because the parameter name is the schema name Claude sends (functional spec).
+    multiSelect: Annotated[bool, Field(description="Let the user pick more than one option")] = False,
+    header: Annotated[str | None, WithJsonSchema(HEADER_SCHEMA)] = None,
+) -> CallToolResult:
+    """Ask the user a question and wait for their answer.
+
+    Use this when you need clarification, a choice between options, or confirmation before
+    proceeding, instead of guessing or ending your turn with a question. The question appears in
+    the user's browser and this call waits until they answer (up to several minutes).
+
+    Ask one question per call. Give `options` when the possible answers are known (the user can
+    still write something else); set `multiSelect` when several options may apply; leave `options`
+    out for a free-text answer.
+
+    The result reads "User selected: ..." or "User answered: ...", sometimes followed by
+    "Notes: ...". If the result is an error (no answer in time, the run is ending, PromptManager
+    unreachable), do not ask the same question again: carry on with your best judgment and say
+    which assumption you made.
+    """
+    return await ask_user(os.environ.get(CONFIG_ENV_VAR), question, options, multiSelect, header)
+
+
+def _log_level() -> LogLevel:
+    # Quiet by default: Claude Code keeps MCP stderr, and httpx logs every poll at INFO.
+    level = os.environ.get(LOG_LEVEL_ENV_VAR, "WARNING").upper()
+    return cast(LogLevel, level) if level in get_args(LogLevel) else "WARNING"
+
+
+def build_server() -> MCPServer[object]:
+    server: MCPServer[object] = MCPServer(
+        SERVER_NAME,
+        title="PromptManager ask-user",
+        instructions=INSTRUCTIONS,
+        version="0.1.0",
+        log_level=_log_level(),
+    )
+    server.add_tool(
+        ask_user_tool,
+        name=TOOL_NAME,
+        title=TOOL_TITLE,
+        description=inspect.cleandoc(ask_user_tool.__doc__ or ""),
+        # read-only so plan mode allows it; it only asks, and changes nothing in the workspace.
+        annotations=ToolAnnotations(
+            title=TOOL_TITLE,
+            read_only_hint=True,
+            destructive_hint=False,
+            idempotent_hint=False,
+            open_world_hint=False,
+        ),
+        structured_output=False,
+    )
+    return server

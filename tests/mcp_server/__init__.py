@@ -1,0 +1,1 @@
+"""Tests for the ask-user MCP server (mcp_server/)."""

@@ -1,0 +1,95 @@
+"""The exact text Claude reads back from ask_user."""
+
+from __future__ import annotations
+
+import pytest
+
+from mcp_server import answers
+from mcp_server.answers import Answer, format_answer
+
+
+def test_a_single_choice_reads_user_selected() -> None:
+    assert format_answer(Answer(text="Option A", selected_labels=("Option A",))) == "User selected: Option A"
+
+
+def test_several_choices_are_joined_with_commas() -> None:
+    assert format_answer(Answer(selected_labels=("A", "C"))) == "User selected: A, C"
+
+
+def test_free_text_reads_user_answered() -> None:
+    assert format_answer(Answer(other_text="Use port 8080")) == "User answered: Use port 8080"
+
+
+def test_free_text_given_only_as_the_display_answer_is_used() -> None:
+    assert format_answer(Answer(text="Ship it on Friday")) == "User answered: Ship it on Friday"
+
+
+def test_choices_and_other_text_are_both_reported() -> None:
+    answer = Answer(text="A, also B", selected_labels=("A",), other_text="but keep B's logging")
+    assert format_answer(answer) == "User selected: A. User also wrote: but keep B's logging"
+
+
+def test_notes_are_appended_on_their_own_line() -> None:
+    answer = Answer(selected_labels=("Postgres",), notes="We already run it in staging.")
+    assert format_answer(answer) == "User selected: Postgres\nNotes: We already run it in staging."
+
+
+def test_blank_notes_and_blank_labels_are_ignored() -> None:
+    answer = Answer(selected_labels=("  ", "B "), other_text="  ", notes="   ")
+    assert format_answer(answer) == "User selected: B"
+
+
+def test_an_answer_with_no_content_says_so() -> None:
+    assert format_answer(Answer()) == answers.EMPTY_ANSWER
+
+
+def test_answer_is_parsed_from_the_poll_payload() -> None:
+    payload = {
+        "status": "answered",
+        "answer": "A, C",
+        "selectedOptions": [0, 2],
+        "selectedLabels": ["A", "C"],
+        "otherText": None,
+        "notes": "quick",
+    }
+    assert Answer.from_payload(payload) == Answer(text="A, C", selected_labels=("A", "C"), notes="quick")
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"answer": 3},
+        {"selectedLabels": "A"},
+        {"selectedLabels": [1]},
+        {"otherText": ["x"]},
+        {"notes": 5},
+    ],
+)
+def test_malformed_poll_payload_is_refused(payload: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        Answer.from_payload(payload)
+
+
+def test_error_sentences_tell_claude_what_to_do() -> None:
+    assert answers.timed_out(300) == "User did not respond within 300 seconds. Proceed with your best judgment."
+    assert answers.CANCELLED == "The question was cancelled (the run is ending). Do not wait for an answer."
+    assert answers.unreachable("connection refused") == (
+        "Could not reach PromptManager to ask the user (connection refused). Proceed with your best judgment."
+    )
+    assert answers.not_configured("the config has no apiUrl") == (
+        "ask_user is not configured: the config has no apiUrl"
+    )
+
+
+@pytest.mark.parametrize(
+    ("question", "labels", "problem"),
+    [
+        ("   ", [], "an empty question"),
+        ("Which?", ["A", " "], "an option whose label is empty"),
+        ("Which?", ["A", "A "], "two options with the same label"),
+        ("Which?", ["A", "B"], None),
+        ("Anything else?", [], None),
+    ],
+)
+def test_argument_problems_are_named(question: str, labels: list[str], problem: str | None) -> None:
+    assert answers.argument_problem(question, labels) == problem
