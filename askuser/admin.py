@@ -1,0 +1,25 @@
+"""Admin: the questions Claude asked and the answers users gave, read-only."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from askuser.models import Question
+
+
+@admin.register(Question)
+class QuestionAdmin(admin.ModelAdmin):
+    """A record of who answered what; nothing here is edited by hand."""
+
+    list_display = ["__str__", "run", "source", "status", "answered_by", "created_at", "expires_at"]
+    list_select_related = ["run", "answered_by"]
+    list_filter = ["status", "source"]
+    search_fields = ["question_id", "notes", "answered_by__username"]
+    date_hierarchy = "created_at"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Question | None = None) -> list[str]:
+        return [field.name for field in Question._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
