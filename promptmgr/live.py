@@ -25,56 +25,61 @@ QUESTION_TTL_GRACE = 60  # seconds a question stays cached after it expires
 RELAY_TOKEN_TTL_GRACE = 300
 
 
+def _prefix() -> str:
+    """Every key starts with REDIS_KEY_PREFIX, so several apps (or test runs) can share a Redis."""
+    return str(settings.REDIS_KEY_PREFIX)
+
+
 def run_tag(run_id: int) -> str:
     return f"{{run:{run_id}}}"
 
 
 def events_key(run_id: int) -> str:
-    return f"pm:{run_tag(run_id)}:events"
+    return f"{_prefix()}:{run_tag(run_id)}:events"
 
 
 def seq_key(run_id: int) -> str:
-    return f"pm:{run_tag(run_id)}:seq"
+    return f"{_prefix()}:{run_tag(run_id)}:seq"
 
 
 def control_channel(run_id: int) -> str:
-    return f"pm:{run_tag(run_id)}:control"
+    return f"{_prefix()}:{run_tag(run_id)}:control"
 
 
 def cancel_key(run_id: int) -> str:
-    return f"pm:{run_tag(run_id)}:cancel"
+    return f"{_prefix()}:{run_tag(run_id)}:cancel"
 
 
 def owner_key(run_id: int) -> str:
-    return f"pm:{run_tag(run_id)}:owner"
+    return f"{_prefix()}:{run_tag(run_id)}:owner"
 
 
 def question_cache_key(run_id: int) -> str:
     """The design card's question cache: the run's pending question, as JSON."""
-    return f"pm:{run_tag(run_id)}:question"
+    return f"{_prefix()}:{run_tag(run_id)}:question"
 
 
 def question_shown_key(run_id: int) -> str:
     """Question ids already pushed to the run's event stream (pushed at most once)."""
-    return f"pm:{run_tag(run_id)}:shown"
+    return f"{_prefix()}:{run_tag(run_id)}:shown"
 
 
 def answer_key(question_id: str) -> str:
     """A one-element list the answer is pushed to; poll-answer pops it (consumed once)."""
-    return f"pm:answer:{question_id}"
+    return f"{_prefix()}:answer:{question_id}"
 
 
 def relay_token_key(run_id: int) -> str:
     """The SHA-256 hash of the run's relay token (the token itself is never stored)."""
-    return f"pm:{run_tag(run_id)}:relay-token"
+    return f"{_prefix()}:{run_tag(run_id)}:relay-token"
 
 
 def active_runs_key() -> str:
-    return "pm:runs:active"
+    return f"{_prefix()}:runs:active"
 
 
 def user_runs_key(user_id: int) -> str:
-    return f"pm:runs:user:{user_id}"
+    return f"{_prefix()}:runs:user:{user_id}"
 
 
 def get_redis() -> redis.Redis:

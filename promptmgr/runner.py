@@ -299,9 +299,12 @@ class RunSupervisor:
                 "duration_ms": (outcome.result or {}).get("duration_ms"),
             },
         )
-        await self.emit("done", {"status": outcome.status})
+        # Persisted before "done", so a client that saw "done" finds the history stored;
+        # only the "done" row itself follows a moment later.
         events = await _all_events(self.run_id)
         await sync_to_async(persist_events)(self.run_id, events)
+        await self.emit("done", {"status": outcome.status})
+        await sync_to_async(persist_events)(self.run_id, await live.read_events(self.run_id, events[-1].id))
         await live.expire_run_keys(self.run_id, settings.EVENT_STREAM_TTL)
         await live.release_run_slot(self.run_id, ctx.run.user_id)
 

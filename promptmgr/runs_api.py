@@ -9,7 +9,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
-from ninja import Field, Router, Schema
+from ninja import Field, Router, Schema, Status
 from ninja.errors import HttpError
 
 from .models import Run
@@ -74,18 +74,24 @@ def _events_url(run_id: int) -> str:
     "/projects/{project_id}/runs",
     response={201: RunStartOut, 404: Message, 409: Message, 422: Message, 429: Message},
 )
-async def start_run(request: HttpRequest, project_id: int, payload: RunIn) -> tuple[int, RunStartOut]:
+async def start_run(request: HttpRequest, project_id: int, payload: RunIn) -> Status[RunStartOut]:
     try:
         run = await runs_service.run_start(
-            user=request.auth, project_id=project_id, prompt=payload.prompt, conversation_id=payload.conversation_id
+            user=request.auth,
+            project_id=project_id,
+            prompt=payload.prompt,
+            conversation_id=payload.conversation_id,
         )
     except runs_service.RunError as exc:
         raise _fail(exc) from None
-    return 201, RunStartOut(
-        run_id=run.pk,
-        conversation_id=run.conversation_id,
-        stream_token=str(run.stream_token),
-        events_url=_events_url(run.pk),
+    return Status(
+        201,
+        RunStartOut(
+            run_id=run.pk,
+            conversation_id=run.conversation_id,
+            stream_token=str(run.stream_token),
+            events_url=_events_url(run.pk),
+        ),
     )
 
 
@@ -98,15 +104,17 @@ def get_run(request: HttpRequest, run_id: int) -> Run:
 
 
 @router.post("/runs/{run_id}/cancel", response={202: RunOut, 404: Message, 409: Message})
-async def cancel_run(request: HttpRequest, run_id: int) -> tuple[int, Run]:
+async def cancel_run(request: HttpRequest, run_id: int) -> Status[Run]:
     try:
-        return 202, await runs_service.run_cancel(user=request.auth, run_id=run_id)
+        return Status(202, await runs_service.run_cancel(user=request.auth, run_id=run_id))
     except runs_service.RunError as exc:
         raise _fail(exc) from None
 
 
 @router.get("/runs/{run_id}/events", response={200: None, 404: Message})
-async def run_events(request: HttpRequest, run_id: int, last_event_id: int | None = None) -> StreamingHttpResponse:
+async def run_events(
+    request: HttpRequest, run_id: int, last_event_id: int | None = None
+) -> StreamingHttpResponse:
     try:
         await sync_to_async(runs_service.run_visible)(user=request.auth, run_id=run_id)
     except runs_service.RunError as exc:

@@ -142,6 +142,7 @@ X_FRAME_OPTIONS = "DENY"
 
 # --- PromptManager -------------------------------------------------------------------
 
+REDIS_KEY_PREFIX = envstr("REDIS_KEY_PREFIX", "pm")
 REDIS_URL = envurl("REDIS_URL", "redis://127.0.0.1:6379/0", schemes={"redis", "rediss", "unix"})
 STORAGE_ROOT = Path(envstr("STORAGE_ROOT", str(VAR_DIR / "storage")))
 # Per-run ask-user config files (secrets) live here, in 0700 directories.

@@ -95,12 +95,19 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+_test_counter = 0
+
+
 @pytest.fixture(autouse=True)
 def _app_settings(settings: Any, redis_url: str, tmp_path: Path) -> Iterator[None]:
     """Every test gets its own workspace root and secrets dir, and the real Redis."""
     from promptmgr import live
 
     settings.REDIS_URL = redis_url
+    # A key prefix per test: nothing leaks between tests, or between parallel test runs.
+    global _test_counter
+    _test_counter += 1
+    settings.REDIS_KEY_PREFIX = f"pmtest-{os.getpid()}-{_test_counter}"
     settings.STORAGE_ROOT = tmp_path / "storage"
     # Short path: unix sockets and config paths stay well under OS limits.
     secrets_dir = Path(tempfile.mkdtemp(prefix="pm-secrets-"))
@@ -108,6 +115,9 @@ def _app_settings(settings: Any, redis_url: str, tmp_path: Path) -> Iterator[Non
     live.reset_clients()
     yield
     live.reset_clients()
+    client = redis.Redis.from_url(redis_url)
+    for key in client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}:*", count=500):
+        client.delete(key)
     shutil.rmtree(secrets_dir, ignore_errors=True)
 
 

@@ -4,7 +4,9 @@ A prompt picks its script in one of two ways:
 
 * ``SCRIPT: [...]`` anywhere in the prompt: a JSON list of steps, one per model turn.
   A step is an object with any of ``text`` (str), ``repeat`` (int, repeats the text),
-  ``tool_use`` ({"name", "input"}), ``quote_tool_results`` (bool) and ``pace_ms``.
+  ``tool_use`` ({"name", "input"}), ``quote_tool_results`` (bool: append the tool
+  results received since the prompt), ``quote_earlier_prompts`` (bool: append the
+  conversation's earlier prompts), ``pace_ms`` and ``chunk_chars`` (streaming pace).
 * otherwise a named demo scenario, chosen by keywords, so the offline demo shows the
   whole flow to a new user.
 
@@ -46,6 +48,7 @@ class Conversation:
     """What the scripted model needs to know about the request's messages."""
 
     prompt: str
+    earlier_prompts: list[str] = field(default_factory=list)
     tool_names: list[str] = field(default_factory=list)
     turns_since_prompt: int = 0
     tool_results: list[dict[str, Any]] = field(default_factory=list)
@@ -101,8 +104,10 @@ def read_conversation(body: dict[str, Any]) -> Conversation:
                         }
                     )
     tools = [str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict)]
+    earlier = [_block_text(m.get("content")) for m in messages[: max(prompt_index, 0)] if _is_prompt(m)]
     return Conversation(
         prompt=prompt,
+        earlier_prompts=earlier,
         tool_names=tools,
         turns_since_prompt=sum(1 for m in after if m.get("role") == "assistant"),
         tool_results=results,
@@ -132,6 +137,9 @@ def quote_results(results: list[dict[str, Any]]) -> str:
 def _step_reply(step: dict[str, Any], conversation: Conversation) -> Reply:
     text = str(step.get("text", ""))
     text = text * int(step.get("repeat", 1))
+    if step.get("quote_earlier_prompts"):
+        # Proves a resumed session: the model saw the conversation's earlier prompts.
+        text = (text + "\n" if text else "") + "Earlier prompts: " + json.dumps(conversation.earlier_prompts)
     if step.get("quote_tool_results"):
         text = (text + "\n" if text else "") + quote_results(conversation.tool_results)
     tool = step.get("tool_use")
