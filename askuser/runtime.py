@@ -85,15 +85,28 @@ async def relay_session_close(session: RelaySession) -> None:
     shutil.rmtree(session.directory, ignore_errors=True)
 
 
+class RunEnded(Exception):
+    """The token was genuine, but its run has finished."""
+
+
 async def relay_token_run_id(token: str) -> int | None:
-    """The run a presented relay token belongs to, or None."""
+    """The run a presented relay token belongs to; None when it is not a valid token.
+
+    Raises RunEnded for the genuine token of a finished run.
+    """
     match = _TOKEN_RE.match(token or "")
     if match is None or len(token) > 200:
         return None
     run_id = int(match.group(1))
     stored = await live.relay_token_hash(run_id)
-    if stored is None or not hmac.compare_digest(stored, hash_token(token)):
+    if stored is None:
         return None
+    ended = stored.startswith(live.ENDED_MARK)
+    # Constant-time: the comparison time says nothing about how much of the token matched.
+    if not hmac.compare_digest(stored.removeprefix(live.ENDED_MARK), hash_token(token)):
+        return None
+    if ended:
+        raise RunEnded(run_id)
     return run_id
 
 

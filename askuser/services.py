@@ -31,6 +31,8 @@ MSG_NOT_FOUND = "No such question."
 MSG_ALREADY_ANSWERED = "This question was already answered."
 MSG_EXPIRED = "This question has expired; Claude was told to proceed without an answer."
 MSG_CANCELLED = "This question was cancelled because the run ended."
+MSG_CONSUMED = "The answer was already collected."
+GONE_MESSAGES = {"expired": MSG_EXPIRED, "cancelled": MSG_CANCELLED, "consumed": MSG_CONSUMED}
 
 
 class QuestionError(Exception):

@@ -292,8 +292,18 @@ async def relay_token_hash(run_id: int) -> str | None:
     return str(value) if value is not None else None
 
 
+ENDED_MARK = "ended:"
+ENDED_TOKEN_TTL = 600
+
+
 async def relay_token_revoke(run_id: int) -> None:
-    await get_async_redis().delete(relay_token_key(run_id))
+    """The token stops authenticating at once; for a while it is still recognised as
+    belonging to a finished run, so a late call gets 410 Gone rather than 403."""
+    client = get_async_redis()
+    current = await client.get(relay_token_key(run_id))
+    if current is None or current.startswith(ENDED_MARK):
+        return
+    await client.set(relay_token_key(run_id), ENDED_MARK + current, ex=ENDED_TOKEN_TTL)
 
 
 # --- Answer hand-off --------------------------------------------------------------------
