@@ -140,7 +140,7 @@ def _detail(response: httpx.Response) -> str:
 
 def _transport_reason(exc: httpx.TransportError) -> str:
     if isinstance(exc, httpx.ConnectError):
-        return "connection refused" if "refused" in str(exc).lower() else "cannot connect"
+        return "connection refused" if _caused_by(exc, ConnectionRefusedError) else "cannot connect"
     if isinstance(exc, httpx.TimeoutException):
         return "the request timed out"
     return type(exc).__name__
@@ -148,6 +148,18 @@ def _transport_reason(exc: httpx.TransportError) -> str:
 
 # Statuses that say "not processed, try again"; a plain 500 on a POST may have stored the question.
 RETRY_POST_STATUSES = frozenset({429, 502, 503, 504})
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``kind`` is anywhere in the chain (httpx wraps httpcore wraps anyio wraps the OSError)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, kind):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _raise_for_common_status(response: httpx.Response, *, retry: Callable[[int], bool]) -> None:

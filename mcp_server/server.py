@@ -40,7 +40,7 @@ LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 INSTRUCTIONS = (
     "The person who started this session is watching it in a browser but cannot reply to your "
-    "messages until the run ends. When you need their decision, call ask_user instead of ending "
+    "messages until your turn ends. When you need their decision, call ask_user instead of ending "
     "your turn with a question or guessing."
 )
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from tests.mcp_server.fake_relay import FakeRelay, config_data
 
 

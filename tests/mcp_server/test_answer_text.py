@@ -71,7 +71,9 @@ def test_malformed_poll_payload_is_refused(payload: dict[str, object]) -> None:
 
 
 def test_error_sentences_tell_claude_what_to_do() -> None:
-    assert answers.timed_out(300) == "User did not respond within 300 seconds. Proceed with your best judgment."
+    assert answers.timed_out(300) == (
+        "User did not respond within 300 seconds. Proceed with your best judgment."
+    )
     assert answers.CANCELLED == "The question was cancelled (the run is ending). Do not wait for an answer."
     assert answers.unreachable("connection refused") == (
         "Could not reach PromptManager to ask the user (connection refused). Proceed with your best judgment."

@@ -110,7 +110,7 @@ def test_a_missing_field_is_refused(key: str) -> None:
         ("timeout", True, "timeout must be an integer"),
     ],
 )
-def test_a_field_of_the_wrong_type_is_refused(key: str, value: object, message: str) -> None:
+def test_a_field_of_the_wrong_type_is_refused(key: str, value: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_config(config_data(**{key: value}))
 

@@ -1,0 +1,119 @@
+"""The real ``python -m mcp_server`` process, driven over stdio by the mcp client SDK.
+
+The client uses the initialize handshake (``mode="legacy"``), as Claude Code does, and the server
+talks real HTTP to ``FakeRelay``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from mcp_server import answers
+from tests.mcp_server.fake_relay import RELAY_TOKEN, FakeRelay, answered, waiting
+
+REPO = Path(__file__).resolve().parents[2]
+CALL_TIMEOUT = 30.0
+
+
+@asynccontextmanager
+async def server_process(config_path: Path | None, workdir: Path, errlog: Path) -> AsyncIterator[Client]:
+    """Start the server as Claude Code would: the interpreter, ``-m mcp_server``, cwd = workspace."""
+    env = {"PYTHONPATH": str(REPO), "ASK_USER_LOG_LEVEL": "DEBUG"}
+    if config_path is not None:
+        env["ASK_USER_CONFIG"] = str(config_path)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "mcp_server"], env=env, cwd=workdir)
+    with errlog.open("w", encoding="utf-8") as stderr:
+        transport = stdio_client(params, errlog=stderr)
+        async with Client(transport, mode="legacy", read_timeout_seconds=CALL_TIMEOUT) as client:
+            yield client
+
+
+@pytest.mark.asyncio
+async def test_the_server_lists_one_read_only_ask_user_tool(tmp_path: Path) -> None:
+    async with server_process(None, tmp_path, tmp_path / "stderr.log") as client:
+        assert client.server_info is not None
+        assert client.server_info.name == "ask-user"
+        tools = (await client.list_tools()).tools
+
+    [tool] = tools
+    assert tool.name == "ask_user"
+    assert tool.description is not None
+    assert tool.description.startswith("Ask the user a question and wait for their answer.")
+    assert tool.annotations is not None
+    assert tool.annotations.read_only_hint is True
+    assert tool.annotations.destructive_hint is False
+    assert tool.annotations.title
+    assert tool.output_schema is None
+    schema = tool.input_schema
+    assert schema["required"] == ["question"]
+    assert set(schema["properties"]) == {"question", "options", "multiSelect", "header"}
+    assert schema["properties"]["question"]["type"] == "string"
+    assert schema["properties"]["multiSelect"] == {
+        "type": "boolean",
+        "default": False,
+        "description": "Let the user pick more than one option",
+        "title": "Multiselect",
+    }
+    options = schema["properties"]["options"]
+    assert options["type"] == "array"
+    assert options["items"]["required"] == ["label"]
+    assert set(options["items"]["properties"]) == {"label", "description"}
+    assert schema["properties"]["header"]["type"] == "string"
+
+
+@pytest.mark.asyncio
+async def test_a_call_returns_the_users_choice_as_text_content(
+    tmp_path: Path, relay: FakeRelay, write_config: Callable[..., Path]
+) -> None:
+    relay.poll_replies = [waiting(), waiting(), answered(["Postgres"])]
+    arguments = {
+        "question": "Which database should the service use?",
+        "header": "Database",
+        "options": [{"label": "Postgres", "description": "Already in staging"}, {"label": "SQLite"}],
+    }
+
+    errlog = tmp_path / "stderr.log"
+    async with server_process(write_config(relay.url), tmp_path, errlog) as client:
+        result = await client.call_tool("ask_user", arguments)
+
+    assert result.is_error is False
+    assert [(block.type, getattr(block, "text", None)) for block in result.content] == [
+        ("text", "User selected: Postgres")
+    ]
+    assert result.structured_content is None
+    assert relay.requests_to("/relay-question")[0].json() == {
+        "question": "Which database should the service use?",
+        "header": "Database",
+        "options": [
+            {"label": "Postgres", "description": "Already in staging"},
+            {"label": "SQLite", "description": None},
+        ],
+        "multiSelect": False,
+    }
+    # Even at DEBUG the server's stderr (kept by Claude Code) never shows the relay token.
+    assert "poll-answer" in errlog.read_text(encoding="utf-8")
+    assert RELAY_TOKEN not in errlog.read_text(encoding="utf-8")
+
+
+@pytest.mark.asyncio
+async def test_a_bad_config_gives_an_error_result_and_the_server_keeps_running(
+    tmp_path: Path, write_config: Callable[..., Path]
+) -> None:
+    config = write_config("http://127.0.0.1:8000", timeout=5)
+
+    async with server_process(config, tmp_path, tmp_path / "stderr.log") as client:
+        first = await client.call_tool("ask_user", {"question": "Proceed?"})
+        second = await client.call_tool("ask_user", {"question": "Proceed?"})
+
+    assert first.is_error is True
+    [block] = first.content
+    assert block.type == "text"
+    assert block.text == answers.not_configured("timeout must be between 30 and 900 seconds, not 5")
+    assert second == first
