@@ -34,10 +34,10 @@ class Question(models.Model):
     question_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="questions")
     source = models.CharField(max_length=8, choices=QuestionSource.choices)
-    questions = models.JSONField(help_text="[{question, header, options:[{label, description}], multiSelect}]")
-    status = models.CharField(
-        max_length=12, choices=QuestionStatus.choices, default=QuestionStatus.PENDING
+    questions = models.JSONField(
+        help_text="[{question, header, options:[{label, description}], multiSelect}]"
     )
+    status = models.CharField(max_length=12, choices=QuestionStatus.choices, default=QuestionStatus.PENDING)
     expires_at = models.DateTimeField()
     answers = models.JSONField(null=True, blank=True, help_text="{question text: answer text}")
     selected_options = models.JSONField(null=True, blank=True)

@@ -43,9 +43,7 @@ class Project(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="owned_projects"
     )
-    members = models.ManyToManyField(
-        settings.AUTH_USER_MODEL, blank=True, related_name="member_projects"
-    )
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="member_projects")
     context = models.TextField(blank=True, help_text="Becomes the workspace's CLAUDE.md.")
     engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.CLI)
     ask_user_enabled = models.BooleanField(
@@ -88,9 +86,7 @@ class Conversation(models.Model):
     """A thread of runs that continue one Claude session (``--resume``)."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="conversations")
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
-    )
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
     title = models.CharField(max_length=200, blank=True)
     claude_session_id = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -168,3 +164,6 @@ class RunEvent(models.Model):
     class Meta:
         ordering = ["run_id", "seq"]
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="run_event_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.event} #{self.seq} of run {self.run_id}"

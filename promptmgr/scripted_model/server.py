@@ -79,7 +79,11 @@ async def _stream(
                 await asyncio.sleep(pace_ms / 1000)
             yield _sse(
                 "content_block_delta",
-                {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}},
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "text_delta", "text": piece},
+                },
             )
         yield _sse("content_block_stop", {"type": "content_block_stop", "index": index})
         index += 1
