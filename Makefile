@@ -1,0 +1,57 @@
+# PromptManager
+#   make run    install, migrate, make sure Redis runs, create the demo login, serve on HOST:PORT
+#   make test   install with test and lint extras, then ruff, mypy and pytest (what CI runs)
+
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: venv install run test lint bench
+
+venv: $(PY)
+
+$(PY):
+	scripts/ensure-venv.sh $(VENV)
+
+# Stamp files: pip runs again only when pyproject.toml changes.
+$(VENV)/.installed-app: pyproject.toml | $(PY)
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(PY)
+	$(PIP) -e '.[test,lint]'
+	touch $@ $(VENV)/.installed-app
+
+install: $(VENV)/.installed-dev
+
+# The MCP server Claude spawns reaches the app here; it must match where uvicorn listens.
+run: export INTERNAL_BASE_URL ?= http://127.0.0.1:$(PORT)
+run: $(VENV)/.installed-app
+	$(PY) manage.py migrate --noinput -v 0
+	scripts/ensure-redis.sh
+	$(PY) manage.py ensure_demo_user
+	$(PY) manage.py sync_workspaces
+	exec $(VENV)/bin/uvicorn promptmgr.asgi:application --host $(HOST) --port $(PORT)
+
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
+
+test: $(VENV)/.installed-dev
+	scripts/ensure-chromium.sh
+	scripts/ensure-redis.sh --binary
+	$(MAKE) --no-print-directory lint
+	$(VENV)/bin/pytest
+
+# Every bench/bench_*.py is a script that prints its own results.
+bench: $(VENV)/.installed-dev
+	scripts/ensure-redis.sh
+	@shopt -s nullglob; benches=(bench/bench_*.py); \
+	if [ $${#benches[@]} -eq 0 ]; then echo "No benchmarks in bench/ yet."; exit 0; fi; \
+	for bench in "$${benches[@]}"; do echo "== $$bench"; $(PY) "$$bench"; done
