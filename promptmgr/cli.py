@@ -84,6 +84,9 @@ def child_env(*, ask_user_config: Path | None, ask_user_timeout: int | None) -> 
     env["ANTHROPIC_BASE_URL"] = settings.ANTHROPIC_BASE_URL
     if ask_user_config is not None:
         env["ASK_USER_CONFIG"] = str(ask_user_config)
+        # By default the CLI defers MCP tools behind ToolSearch, so the model would not see
+        # ask_user in its prompt at all; load its schema up front instead.
+        env["ENABLE_TOOL_SEARCH"] = "false"
         if ask_user_timeout is not None:
             # The CLI must never give up on the tool before our own timeout does.
             env["MCP_TOOL_TIMEOUT"] = str((ask_user_timeout + 120) * 1000)

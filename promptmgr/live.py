@@ -21,6 +21,9 @@ from django.conf import settings
 _async_clients: dict[int, aredis.Redis] = {}
 _sync_client: redis.Redis | None = None
 
+# Above the longest blocking call we make (the 25 s long-poll, the SSE heartbeat wait);
+# redis-py's own default of 5 s would cut those off.
+SOCKET_TIMEOUT = 65
 QUESTION_TTL_GRACE = 60  # seconds a question stays cached after it expires
 RELAY_TOKEN_TTL_GRACE = 300
 
@@ -86,7 +89,9 @@ def get_redis() -> redis.Redis:
     """The process-wide synchronous client (management commands, sync services)."""
     global _sync_client
     if _sync_client is None:
-        _sync_client = redis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+        _sync_client = redis.Redis.from_url(
+            settings.REDIS_URL, decode_responses=True, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5
+        )
     return _sync_client
 
 
@@ -97,7 +102,9 @@ def get_async_redis() -> aredis.Redis:
     loop_id = id(asyncio.get_running_loop())
     client = _async_clients.get(loop_id)
     if client is None:
-        client = aredis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+        client = aredis.Redis.from_url(
+            settings.REDIS_URL, decode_responses=True, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5
+        )
         _async_clients[loop_id] = client
     return client
 

@@ -267,19 +267,26 @@ class RunSupervisor:
         return Outcome(status=RunStatus.FAILED, exit_code=code, error="\n".join(reasons), result=self.result or {})
 
     async def _listen_for_cancel(self) -> None:
-        client = live.get_async_redis()
-        pubsub = client.pubsub()
-        try:
-            await pubsub.subscribe(live.control_channel(self.run_id))
-            # A cancel sent before we subscribed left the key behind.
-            if await live.cancel_requested(self.run_id):
-                self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
-            async for message in pubsub.listen():
-                if message.get("type") == "message" and message.get("data") == "cancel":
-                    self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
-        finally:
-            with contextlib.suppress(Exception):
-                await pubsub.aclose()
+        """Hear cancel requests from any worker; a Redis hiccup falls back to the key check."""
+        while True:
+            pubsub = live.get_async_redis().pubsub()
+            try:
+                await pubsub.subscribe(live.control_channel(self.run_id))
+                while True:
+                    # A cancel sent before we subscribed (or while reconnecting) left the key.
+                    if await live.cancel_requested(self.run_id):
+                        self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
+                    if message and message.get("data") == "cancel":
+                        self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("cancel listener for run %s lost Redis; retrying", self.run_id, exc_info=True)
+                await asyncio.sleep(1)
+            finally:
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()
 
     async def _finish(self, ctx: RunContext, outcome: Outcome) -> None:
         if self.process is not None:

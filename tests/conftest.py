@@ -52,16 +52,13 @@ def _reachable(url: str) -> bool:
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Redis: ``REDIS_URL`` when reachable (its db 15), else a private redis-server."""
+    """A real Redis: ``REDIS_URL`` when reachable, else a private redis-server.
+
+    A shared Redis is never flushed: each test uses its own key prefix and removes its keys.
+    """
     configured = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
     if _reachable(configured):
-        url = (
-            configured.rsplit("/", 1)[0] + "/15"
-            if configured.startswith("redis://")
-            else configured
-        )
-        redis.Redis.from_url(url).flushdb()
-        yield url
+        yield configured
         return
     binary = shutil.which("redis-server")
     if binary is None:
