@@ -22,6 +22,14 @@ import httpx
 
 from .answers import Answer
 from .config import AskUserConfig
+from .errors import (
+    QuestionCancelled,
+    QuestionExpired,
+    QuestionRejected,
+    RelayAuthRejected,
+    RelayUnavailable,
+    RunFinished,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -80,43 +88,6 @@ class RelayedQuestion:
     timeout: int
 
 
-class RelayError(Exception):
-    """Base of everything that ends a wait without an answer."""
-
-
-class RelayUnavailable(RelayError):
-    """PromptManager could not be reached, or answered in a way this client does not understand."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-class RelayAuthRejected(RelayUnavailable):
-    def __init__(self, status: int) -> None:
-        super().__init__(f"the relay token was refused with HTTP {status}")
-
-
-class QuestionRejected(RelayError):
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-
-
-class RunFinished(RelayError):
-    """The run is over, so the question was never shown."""
-
-
-class QuestionExpired(RelayError):
-    def __init__(self, timeout: int) -> None:
-        super().__init__(f"no answer within {timeout} seconds")
-        self.timeout = timeout
-
-
-class QuestionCancelled(RelayError):
-    """The run is ending; nobody will answer."""
-
-
 class _Transient(Exception):
     """A failure worth retrying: connection trouble, 5xx, 429."""
 
@@ -130,12 +101,26 @@ def _auth_headers(config: AskUserConfig) -> dict[str, str]:
 
 
 def _detail(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return f"HTTP {response.status_code}"
-    detail = body.get("detail") if isinstance(body, dict) else None
+    """The server's ``detail``: a sentence, or django-ninja's list of validation errors made readable."""
+    detail = _json_object(response).get("detail")
+    if isinstance(detail, list):
+        detail = "; ".join(_validation_error(item) for item in detail)
     return str(detail) if detail else f"HTTP {response.status_code}"
+
+
+def _unexpected(response: httpx.Response, endpoint: str) -> str:
+    detail = _detail(response)
+    reason = f"unexpected HTTP {response.status_code} from {endpoint}"
+    return reason if detail == f"HTTP {response.status_code}" else f"{reason}: {detail}"
+
+
+def _validation_error(item: object) -> str:
+    if not isinstance(item, dict):
+        return str(item)
+    # ninja reports loc as ["body", "payload", "header"]: the field is the part the model can fix.
+    loc = [str(part) for part in item.get("loc") or [] if part not in ("body", "payload", "query")]
+    message = str(item.get("msg") or item)
+    return f"{'.'.join(loc)}: {message}" if loc else message
 
 
 def _transport_reason(exc: httpx.TransportError) -> str:
@@ -188,7 +173,7 @@ async def _post_question_once(
     if response.status_code in (400, 422):
         raise QuestionRejected(_detail(response))
     if response.status_code not in (200, 201):
-        raise RelayUnavailable(f"unexpected HTTP {response.status_code} from relay-question")
+        raise RelayUnavailable(_unexpected(response, "relay-question"))
     try:
         body = response.json()
         question_id = body["question_id"]
@@ -249,12 +234,15 @@ async def poll_answer(
     if response.status_code == 202:
         return None
     if response.status_code == 410:
-        body = _json_object(response)
-        if body.get("status") == "cancelled":
-            raise QuestionCancelled(_detail(response))
-        raise QuestionExpired(timeout)
+        status = _json_object(response).get("status")
+        if status == "expired":
+            raise QuestionExpired(timeout)
+        if status == "consumed":
+            raise RelayUnavailable("the answer was already collected by an earlier request")
+        # "cancelled", or no status at all: the run itself has finished.
+        raise QuestionCancelled(_detail(response))
     if response.status_code != 200:
-        raise RelayUnavailable(f"unexpected HTTP {response.status_code} from poll-answer")
+        raise RelayUnavailable(_unexpected(response, "poll-answer"))
     body = _json_object(response)
     if body.get("status") == "waiting":
         return None

@@ -18,19 +18,8 @@ from pydantic import Field, WithJsonSchema
 
 from . import answers
 from .config import CONFIG_ENV_VAR, ConfigError, load_config
-from .relay import (
-    ClientFactory,
-    Option,
-    Question,
-    QuestionCancelled,
-    QuestionExpired,
-    QuestionRejected,
-    RelayUnavailable,
-    RunFinished,
-    default_client,
-    relay_question,
-    wait_for_answer,
-)
+from .errors import QuestionCancelled, QuestionExpired, QuestionRejected, RelayUnavailable, RunFinished
+from .relay import ClientFactory, Option, Question, default_client, relay_question, wait_for_answer
 
 SERVER_NAME = "ask-user"
 TOOL_NAME = "ask_user"

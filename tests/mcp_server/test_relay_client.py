@@ -9,16 +9,18 @@ import time
 import pytest
 
 from mcp_server.answers import Answer
-from mcp_server.relay import (
-    Option,
-    Question,
+from mcp_server.errors import (
     QuestionCancelled,
     QuestionExpired,
     QuestionRejected,
     RelayAuthRejected,
-    RelayedQuestion,
     RelayUnavailable,
     RunFinished,
+)
+from mcp_server.relay import (
+    Option,
+    Question,
+    RelayedQuestion,
     default_client,
     relay_question,
     wait_for_answer,
@@ -254,3 +256,41 @@ async def test_a_relay_down_until_the_deadline_is_reported_unreachable() -> None
     with pytest.raises(RelayUnavailable, match="connection refused"):
         async with default_client() as client:
             await wait_for_answer(client, make_config(f"http://127.0.0.1:{free_port()}"), question, grace=0.0)
+
+
+@pytest.mark.asyncio
+async def test_a_410_without_a_status_means_the_run_finished_so_it_counts_as_cancelled(
+    relay: FakeRelay,
+) -> None:
+    relay.poll_replies = [
+        Reply(410, {"detail": "The run has finished; it cannot ask or receive answers any more."})
+    ]
+
+    with pytest.raises(QuestionCancelled):
+        await ask(relay)
+
+
+@pytest.mark.asyncio
+async def test_a_410_consumed_is_not_mistaken_for_a_timeout(relay: FakeRelay) -> None:
+    relay.poll_replies = [Reply(410, {"status": "consumed", "detail": "The answer was already delivered."})]
+
+    with pytest.raises(RelayUnavailable, match="already collected"):
+        await ask(relay)
+
+
+@pytest.mark.asyncio
+async def test_validation_errors_from_django_ninja_are_made_readable(relay: FakeRelay) -> None:
+    errors = [
+        {
+            "type": "string_too_long",
+            "loc": ["body", "payload", "header"],
+            "msg": "String should have at most 60",
+        },
+        {"type": "missing", "loc": ["body", "payload", "question"], "msg": "Field required"},
+    ]
+    relay.question_replies = [Reply(422, {"detail": errors})]
+
+    with pytest.raises(QuestionRejected) as caught:
+        await ask(relay)
+
+    assert caught.value.detail == "header: String should have at most 60; question: Field required"

@@ -1,0 +1,40 @@
+"""Why a wait for the user's answer ended without one; ``server.ask_user`` maps each to a sentence."""
+
+from __future__ import annotations
+
+
+class RelayError(Exception):
+    """Base of everything that ends a wait without an answer."""
+
+
+class RelayUnavailable(RelayError):
+    """PromptManager could not be reached, or answered in a way this client does not understand."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RelayAuthRejected(RelayUnavailable):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"the relay token was refused with HTTP {status}")
+
+
+class QuestionRejected(RelayError):
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class RunFinished(RelayError):
+    """The run is over, so the question was never shown."""
+
+
+class QuestionExpired(RelayError):
+    def __init__(self, timeout: int) -> None:
+        super().__init__(f"no answer within {timeout} seconds")
+        self.timeout = timeout
+
+
+class QuestionCancelled(RelayError):
+    """The run is ending; nobody will answer."""
