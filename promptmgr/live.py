@@ -18,7 +18,7 @@ import redis.asyncio as aredis
 from django.conf import settings
 
 # A cache of clients per event loop: redis.asyncio connections are bound to their loop.
-_async_clients: dict[int, aredis.Redis] = {}
+_async_clients: dict[int, tuple[object, aredis.Redis]] = {}
 _sync_client: redis.Redis | None = None
 
 # Above the longest blocking call we make (the 25 s long-poll, the SSE heartbeat wait);
@@ -99,13 +99,15 @@ def get_async_redis() -> aredis.Redis:
     """An asyncio client for the running event loop."""
     import asyncio
 
-    loop_id = id(asyncio.get_running_loop())
-    client = _async_clients.get(loop_id)
-    if client is None:
-        client = aredis.Redis.from_url(
-            settings.REDIS_URL, decode_responses=True, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5
-        )
-        _async_clients[loop_id] = client
+    loop = asyncio.get_running_loop()
+    cached = _async_clients.get(id(loop))
+    # The identity check guards against a new loop reusing a dead loop's id.
+    if cached is not None and cached[0] is loop:
+        return cached[1]
+    client = aredis.Redis.from_url(
+        settings.REDIS_URL, decode_responses=True, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5
+    )
+    _async_clients[id(loop)] = (loop, client)
     return client
 
 

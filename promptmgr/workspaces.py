@@ -49,7 +49,8 @@ def mcp_server_registered(project: Project) -> bool:
 def mcp_server_entry() -> dict[str, Any]:
     # The interpreter running Django has this package installed; ASK_USER_CONFIG reaches
     # the server through the CLI's environment, per run.
-    return {"type": "stdio", "command": sys.executable, "args": ["-m", "mcp_server"]}
+    # -P: the cwd is the workspace, where Claude may write a file named like a module we import.
+    return {"type": "stdio", "command": sys.executable, "args": ["-P", "-m", "mcp_server"]}
 
 
 def _load_json(path: Path) -> dict[str, Any]:

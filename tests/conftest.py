@@ -223,6 +223,17 @@ class LiveServer:
             what="uvicorn",
         )
 
+    @property
+    def settings_redis_url(self) -> str:
+        from django.conf import settings
+
+        return str(settings.REDIS_URL)
+
+    def secrets_dir(self) -> str:
+        from django.conf import settings
+
+        return str(settings.RUN_SECRETS_DIR)
+
     def stop(self) -> None:
         if self._server is not None and self._thread is not None:
             self._server.should_exit = True

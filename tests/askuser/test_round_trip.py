@@ -14,7 +14,9 @@ from tests.helpers import login_client, make_project, read_sse, script
 ASK = "mcp__ask-user__ask_user"
 
 
-def ask(question: str, options: list[str] | None = None, multi: bool = False, header: str = "") -> dict[str, Any]:
+def ask(
+    question: str, options: list[str] | None = None, multi: bool = False, header: str = ""
+) -> dict[str, Any]:
     tool_input: dict[str, Any] = {"question": question, "multiSelect": multi}
     if options is not None:
         tool_input["options"] = [{"label": o, "description": f"about {o}"} for o in options]
@@ -42,14 +44,18 @@ def submit(client: httpx.Client, question_id: str, **body: Any) -> httpx.Respons
 
 
 def tool_results(events: list[Any]) -> list[dict[str, Any]]:
-    [final] = [e.data["text"] for e in events if e.event == "assistant_text" and "Tool results" in e.data["text"]]
+    [final] = [
+        e.data["text"] for e in events if e.event == "assistant_text" and "Tool results" in e.data["text"]
+    ]
     return list(json.loads(final.split("Tool results received: ", 1)[1]))
 
 
 def test_single_choice_answer_reaches_the_model(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask("Which database?", ["SQLite", "PostgreSQL"], header="DB"), QUOTE))
+    started = start(
+        client, project.pk, script(ask("Which database?", ["SQLite", "PostgreSQL"], header="DB"), QUOTE)
+    )
     card = next_question(client, started["events_url"])
     assert card.data["source"] == "mcp"
     assert card.data["questions"] == [
@@ -69,7 +75,9 @@ def test_single_choice_answer_reaches_the_model(app_server: Any, alice: Any) -> 
     events = read_sse(client, started["events_url"])
     assert tool_results(events) == [{"text": "User selected: PostgreSQL", "is_error": False}]
     answered = [e.data for e in events if e.event == "ask_user_answered"]
-    assert answered[0]["answers"] == {"Which database?": "PostgreSQL"} and answered[0]["answered_by"] == "alice"
+    assert (
+        answered[0]["answers"] == {"Which database?": "PostgreSQL"} and answered[0]["answered_by"] == "alice"
+    )
     delivered = [e.data for e in events if e.event == "ask_user_delivered"]
     assert delivered and delivered[0]["ok"] is True
     question = Question.objects.get(question_id=card.data["question_id"])
@@ -90,11 +98,18 @@ def test_free_text_answer_reaches_the_model(app_server: Any, alice: Any) -> None
 def test_multi_select_answer_reaches_the_model_comma_joined(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask("Which checks?", ["Lint", "Types", "Tests"], multi=True), QUOTE))
+    started = start(
+        client, project.pk, script(ask("Which checks?", ["Lint", "Types", "Tests"], multi=True), QUOTE)
+    )
     card = next_question(client, started["events_url"])
-    assert submit(client, card.data["question_id"], selectedOptions=[0, 2], notes="tests first").status_code == 200
+    assert (
+        submit(client, card.data["question_id"], selectedOptions=[0, 2], notes="tests first").status_code
+        == 200
+    )
     events = read_sse(client, started["events_url"])
-    assert tool_results(events) == [{"text": "User selected: Lint, Tests\nNotes: tests first", "is_error": False}]
+    assert tool_results(events) == [
+        {"text": "User selected: Lint, Tests\nNotes: tests first", "is_error": False}
+    ]
 
 
 def test_two_sequential_questions_in_one_run(app_server: Any, alice: Any) -> None:

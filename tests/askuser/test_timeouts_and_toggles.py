@@ -26,7 +26,9 @@ def test_an_unanswered_question_times_out_for_the_model_and_the_card(app_server:
     assert events[-1].data == {"status": "completed"}
 
 
-def test_browser_gone_while_waiting_then_back_sees_the_question_and_answers(app_server: Any, alice: Any) -> None:
+def test_browser_gone_while_waiting_then_back_sees_the_question_and_answers(
+    app_server: Any, alice: Any
+) -> None:
     project = make_project(owner=alice)
     first_tab = login_client(app_server, "alice", "alice-password")
     started = start(first_tab, project.pk, script(ask("Still there?", ["Yes", "No"]), QUOTE))
@@ -52,7 +54,9 @@ def test_ask_user_disabled_for_the_project_registers_no_mcp_server(app_server: A
     assert [e.data["text"] for e in events if e.event == "assistant_text"] == ["plain streaming still works"]
 
 
-def test_ask_user_disabled_globally_registers_no_mcp_server(app_server: Any, alice: Any, settings: Any) -> None:
+def test_ask_user_disabled_globally_registers_no_mcp_server(
+    app_server: Any, alice: Any, settings: Any
+) -> None:
     settings.ASK_USER_ENABLED = False
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
