@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
 import logging
 import os
+import re
 import secrets
 import shutil
 import time

@@ -19,7 +19,9 @@ from promptmgr.workspaces import workspace_path
 from tests.helpers import login_client, make_project, read_sse, script, wait_until
 
 
-def start_run(client: httpx.Client, project_id: int, prompt: str, conversation_id: int | None = None) -> dict[str, Any]:
+def start_run(
+    client: httpx.Client, project_id: int, prompt: str, conversation_id: int | None = None
+) -> dict[str, Any]:
     body: dict[str, Any] = {"prompt": prompt}
     if conversation_id is not None:
         body["conversation_id"] = conversation_id
@@ -174,15 +176,18 @@ def test_a_multi_megabyte_line_does_not_break_the_stream(app_server: Any, alice:
     assert events[-1].data == {"status": "completed"}
 
 
-def test_the_read_timeout_path_emits_a_question_found_only_in_the_redis_cache(app_server: Any, alice: Any) -> None:
+def test_the_read_timeout_path_emits_a_question_found_only_in_the_redis_cache(
+    app_server: Any, alice: Any
+) -> None:
     import asyncio
 
     from promptmgr import live
 
     project = make_project(owner=alice)
-    allow_in_workspace(project, "Bash(sleep:*)")
+    allow_in_workspace(project, "Bash(python3:*)")
     client = login_client(app_server, "alice", "alice-password")
-    prompt = script({"tool_use": {"name": "Bash", "input": {"command": "sleep 5", "description": "wait"}}}, {"text": "ok"})
+    quiet = {"command": "python3 -c 'import time; time.sleep(6)'", "description": "wait"}
+    prompt = script({"tool_use": {"name": "Bash", "input": quiet}}, {"text": "ok"})
     started = start_run(client, project.pk, prompt)
     run_id = started["run_id"]
     read_sse(client, started["events_url"], until=lambda e: e.event == "tool_use")
@@ -210,12 +215,20 @@ def test_the_cli_environment_holds_none_of_the_servers_secrets(
     project = make_project(owner=alice)
     allow_in_workspace(project, "Bash(env)")
     client = login_client(app_server, "alice", "alice-password")
-    prompt = script({"tool_use": {"name": "Bash", "input": {"command": "env", "description": "env"}}}, {"text": "ok"})
+    prompt = script(
+        {"tool_use": {"name": "Bash", "input": {"command": "env", "description": "env"}}}, {"text": "ok"}
+    )
     started = start_run(client, project.pk, prompt)
     events = read_sse(client, started["events_url"])
     [result] = [e.data["content"] for e in events if e.event == "tool_result"]
     assert "PATH=" in result and "HOME=" in result
-    for secret in ("server-secret-key", "db-password", "aws-secret", "DATABASE_URL", "DJANGO_SETTINGS_MODULE"):
+    for secret in (
+        "server-secret-key",
+        "db-password",
+        "aws-secret",
+        "DATABASE_URL",
+        "DJANGO_SETTINGS_MODULE",
+    ):
         assert secret not in result
 
 
@@ -226,7 +239,9 @@ def test_events_of_a_run_never_mix_into_another_runs_stream(app_server: Any, ali
     results: dict[int, list[Any]] = {}
 
     def read(index: int) -> None:
-        results[index] = read_sse(login_client(app_server, "alice", "alice-password"), runs[index]["events_url"])
+        results[index] = read_sse(
+            login_client(app_server, "alice", "alice-password"), runs[index]["events_url"]
+        )
 
     threads = [threading.Thread(target=read, args=(i,)) for i in range(2)]
     for thread in threads:
