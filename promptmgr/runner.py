@@ -207,7 +207,8 @@ class RunSupervisor:
                 await self._on_line(ctx, item)
             else:
                 assert item is TIMEOUT
-                await self._on_idle()
+                if await self._on_idle():
+                    last_output = now  # waiting for the user is not idleness
             if self.stop_status is None:
                 self._check_limits(now - started, now - last_output)
 
@@ -217,11 +218,16 @@ class RunSupervisor:
         elif idle > settings.RUN_IDLE_TIMEOUT:
             self.request_stop(RunStatus.TIMED_OUT, MSG_IDLE.format(seconds=settings.RUN_IDLE_TIMEOUT))
 
-    async def _on_idle(self) -> None:
-        """The 2-second read timeout: refresh ownership and look for an unshown question."""
+    async def _on_idle(self) -> bool:
+        """The 2-second read timeout: refresh ownership, look for an unshown question.
+
+        Returns True while a question is waiting for the user.
+        """
         await live.set_owner(self.run_id, WORKER_ID, ttl=OWNER_TTL)
-        if self.ask_user:
-            await askuser_services.question_push_if_unshown(run_id=self.run_id)
+        if not self.ask_user:
+            return False
+        await askuser_services.question_push_if_unshown(run_id=self.run_id)
+        return await live.question_cache_get(self.run_id) is not None
 
     async def _on_line(self, ctx: RunContext, line: Line) -> None:
         if line.truncated:
