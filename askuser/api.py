@@ -113,7 +113,9 @@ async def relay_question(request: HttpRequest, payload: RelayQuestionIn) -> Stat
     }
     try:
         created = await services.question_create(
-            run_id=int(request.auth), source=QuestionSource.MCP, questions=[question]  # type: ignore[attr-defined]
+            run_id=int(request.auth),
+            source=QuestionSource.MCP,
+            questions=[question],  # type: ignore[attr-defined]
         )
     except services.QuestionError as exc:
         raise HttpError(exc.status, exc.message) from None
@@ -149,6 +151,8 @@ async def poll_answer(request: HttpRequest, question_id: uuid.UUID) -> Status[Po
 async def submit_answer(request: HttpRequest, payload: SubmitIn) -> dict[str, Any]:
     body = payload.dict(exclude={"question_id"}, exclude_none=True)
     try:
-        return await services.answer_submit(question_id=str(payload.question_id), user=request.auth, body=body)
+        return await services.answer_submit(
+            question_id=str(payload.question_id), user=request.auth, body=body
+        )
     except services.QuestionError as exc:
         raise HttpError(exc.status, exc.message) from None

@@ -58,7 +58,9 @@ def _write_private(path: Path, content: str) -> None:
         handle.write(content)
 
 
-async def relay_session_open(*, run_id: int, project_id: int, stream_token: str, timeout: int) -> RelaySession:
+async def relay_session_open(
+    *, run_id: int, project_id: int, stream_token: str, timeout: int
+) -> RelaySession:
     """Mint the run's relay token and write the MCP server's config file."""
     # The run id rides in the token so the check is one lookup plus a constant-time compare.
     token = f"{TOKEN_PREFIX}_{run_id}_{secrets.token_urlsafe(32)}"
@@ -81,7 +83,11 @@ async def relay_session_open(*, run_id: int, project_id: int, stream_token: str,
 
 async def relay_session_close(session: RelaySession) -> None:
     """Kill the token and remove the secrets directory; safe to call twice."""
+    remove_secrets(session)
     await live.relay_token_revoke(session.run_id)
+
+
+def remove_secrets(session: RelaySession) -> None:
     shutil.rmtree(session.directory, ignore_errors=True)
 
 

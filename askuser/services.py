@@ -132,7 +132,9 @@ def _expire(question_id: str, status: str) -> Question | None:
         if not updated:
             return None
         question = Question.objects.get(question_id=question_id)
-        Run.objects.filter(pk=question.run_id, status=RunStatus.WAITING_FOR_USER).update(status=RunStatus.RUNNING)
+        Run.objects.filter(pk=question.run_id, status=RunStatus.WAITING_FOR_USER).update(
+            status=RunStatus.RUNNING
+        )
     return question
 
 
@@ -143,14 +145,18 @@ async def question_expire(*, question_id: str, reason: str = "timeout") -> bool:
     if question is None:
         return False
     await live.question_cache_clear(question.run_id, question_id)
-    await live.append_event(question.run_id, "ask_user_expired", {"question_id": question_id, "reason": reason})
+    await live.append_event(
+        question.run_id, "ask_user_expired", {"question_id": question_id, "reason": reason}
+    )
     if reason != "cancelled":
         await live.append_event(question.run_id, "run_status", {"status": RunStatus.RUNNING})
     return True
 
 
 def _pending_ids(run_id: int) -> list[str]:
-    return [str(q) for q in Question.objects.filter(run_id=run_id).pending().values_list("question_id", flat=True)]
+    return [
+        str(q) for q in Question.objects.filter(run_id=run_id).pending().values_list("question_id", flat=True)
+    ]
 
 
 async def questions_close_for_run(*, run_id: int, run_status: str) -> None:
@@ -198,7 +204,9 @@ def _record_answer(question_id: str, user: Any, form: FormAnswer) -> Question:
         if not updated:
             _check_open(question)  # raises 409 or 410: somebody else got there first
             raise QuestionError(409, MSG_ALREADY_ANSWERED)
-        Run.objects.filter(pk=question.run_id, status=RunStatus.WAITING_FOR_USER).update(status=RunStatus.RUNNING)
+        Run.objects.filter(pk=question.run_id, status=RunStatus.WAITING_FOR_USER).update(
+            status=RunStatus.RUNNING
+        )
     return question
 
 
@@ -269,7 +277,9 @@ async def answer_wait(*, run_id: int, question_id: str, wait_seconds: float) -> 
 
 def _mark_delivered(run_id: int, result_text: str) -> tuple[Question, bool] | None:
     question = (
-        Question.objects.filter(run_id=run_id, status=QuestionStatus.ANSWERED).order_by("-answered_at").first()
+        Question.objects.filter(run_id=run_id, status=QuestionStatus.ANSWERED)
+        .order_by("-answered_at")
+        .first()
     )
     if question is None:
         return None

@@ -15,7 +15,17 @@ DISALLOWED_TOOLS = "AskUserQuestion"
 
 # The only variables of the server's environment a CLI run may see. Secrets such as
 # SECRET_KEY or DATABASE_URL never reach Claude or the tools it runs.
-INHERITED_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR")
+INHERITED_ENV = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TERM",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+)
 
 
 def bundled_cli() -> Path:

@@ -219,9 +219,7 @@ async def claim_run_slot(run_id: int, user_id: int, *, per_user: int, total: int
     """1 when the run may start, -1 over the user's cap, -2 over the global cap."""
     client = get_async_redis()
     script = client.register_script(_CLAIM_SLOT_LUA)
-    return int(
-        await script(keys=[user_runs_key(user_id), active_runs_key()], args=[run_id, per_user, total])
-    )
+    return int(await script(keys=[user_runs_key(user_id), active_runs_key()], args=[run_id, per_user, total]))
 
 
 async def release_run_slot(run_id: int, user_id: int) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import redis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
@@ -50,6 +51,7 @@ MSG_NO_RESULT = "Claude Code exited with code {code} before finishing the turn."
 MSG_NOT_JSON = "Claude Code printed a line that is not stream-json: {preview}"
 MSG_TRUNCATED = "A {size} MB line from Claude Code was cut to {limit} MB."
 MSG_SPAWN_FAILED = "Could not start Claude Code: {error}"
+MSG_REDIS_LOST = "Lost the connection to Redis ({error}); the run was stopped."
 
 _tasks: dict[int, asyncio.Task[None]] = {}
 
@@ -81,7 +83,9 @@ def _mark_started(run_id: int) -> None:
 
 
 def _save_session_id(conversation_id: int, session_id: str) -> None:
-    Conversation.objects.filter(pk=conversation_id).update(claude_session_id=session_id, updated_at=timezone.now())
+    Conversation.objects.filter(pk=conversation_id).update(
+        claude_session_id=session_id, updated_at=timezone.now()
+    )
 
 
 def _record_outcome(run_id: int, outcome: Outcome) -> None:
@@ -128,9 +132,12 @@ class RunSupervisor:
         self.ask_user = False
         self.ask_user_timeout = settings.ASK_USER_DEFAULT_TIMEOUT
         self.relay: askuser_runtime.RelaySession | None = None
+        self.emitted: list[live.Event] = []
 
     async def emit(self, event: str, data: dict[str, Any]) -> int:
-        return await live.append_event(self.run_id, event, data)
+        event_id = await live.append_event(self.run_id, event, data)
+        self.emitted.append(live.Event(id=event_id, event=event, data=data))
+        return event_id
 
     def request_stop(self, status: str, message: str) -> None:
         """Stop the CLI; the read loop then sees end of output and records ``status``."""
@@ -154,6 +161,9 @@ class RunSupervisor:
         except asyncio.CancelledError:
             self.request_stop(RunStatus.CANCELLED, MSG_SHUTDOWN)
             raise
+        except redis.RedisError as exc:
+            logger.exception("run %s lost Redis", self.run_id)
+            outcome = Outcome(status=RunStatus.FAILED, error=MSG_REDIS_LOST.format(error=exc))
         except Exception as exc:
             logger.exception("run %s failed", self.run_id)
             outcome = Outcome(status=RunStatus.FAILED, error=MSG_SPAWN_FAILED.format(error=exc))
@@ -264,13 +274,17 @@ class RunSupervisor:
             return Outcome(status=RunStatus.COMPLETED, exit_code=code, result=self.result)
         reasons = list(self.errors)
         if self.result is not None and self.result.get("is_error"):
-            reasons.insert(0, f"Claude reported an error: {self.result.get('result') or self.result.get('subtype')}")
+            reasons.insert(
+                0, f"Claude reported an error: {self.result.get('result') or self.result.get('subtype')}"
+            )
         if self.result is None:
             reasons.insert(0, MSG_NO_RESULT.format(code=code))
         tail = self.process.stderr_tail()
         if tail.strip():
             reasons.append("stderr:\n" + tail.strip())
-        return Outcome(status=RunStatus.FAILED, exit_code=code, error="\n".join(reasons), result=self.result or {})
+        return Outcome(
+            status=RunStatus.FAILED, exit_code=code, error="\n".join(reasons), result=self.result or {}
+        )
 
     async def _listen_for_cancel(self) -> None:
         """Hear cancel requests from any worker; a Redis hiccup falls back to the key check."""
@@ -295,19 +309,34 @@ class RunSupervisor:
                     await pubsub.aclose()
 
     async def _finish(self, ctx: RunContext, outcome: Outcome) -> None:
+        """Reap the CLI, then record the outcome: the database first, so a Redis outage
+        cannot lose it, then the closing events."""
         if self.process is not None:
             outcome.exit_code = await self.process.stop()
-        if self.relay is not None:
-            await askuser_runtime.relay_session_close(self.relay)
-        await askuser_services.questions_close_for_run(run_id=self.run_id, run_status=outcome.status)
         await sync_to_async(_record_outcome)(self.run_id, outcome)
+        try:
+            await self._close_live(ctx, outcome)
+        except redis.RedisError:
+            logger.exception("run %s ended while Redis was unreachable", self.run_id)
+            # Keep at least what this worker streamed, so the conversation can be shown.
+            await sync_to_async(persist_events)(self.run_id, self.emitted)
+        finally:
+            if self.relay is not None:
+                # The secrets directory goes even when Redis cannot revoke the token.
+                with contextlib.suppress(redis.RedisError):
+                    await askuser_runtime.relay_session_close(self.relay)
+                askuser_runtime.remove_secrets(self.relay)
+
+    async def _close_live(self, ctx: RunContext, outcome: Outcome) -> None:
+        await askuser_services.questions_close_for_run(run_id=self.run_id, run_status=outcome.status)
+        summary = outcome.error.split("\nstderr:")[0]
         if outcome.error:
-            await self.emit("error", {"message": outcome.error.split("\nstderr:")[0], "final": True})
+            await self.emit("error", {"message": summary, "final": True})
         await self.emit(
             "run_status",
             {
                 "status": outcome.status,
-                "error": outcome.error.split("\nstderr:")[0],
+                "error": summary,
                 "cost_usd": (outcome.result or {}).get("cost_usd"),
                 "duration_ms": (outcome.result or {}).get("duration_ms"),
             },

@@ -83,7 +83,10 @@ def _assistant(line: dict[str, Any]) -> Translated:
         if kind == "text" and block.get("text"):
             text = str(block["text"])
             out.append(
-                ("assistant_text", {"text": text, "html": render_markdown(text), "parent_tool_use_id": parent})
+                (
+                    "assistant_text",
+                    {"text": text, "html": render_markdown(text), "parent_tool_use_id": parent},
+                )
             )
         elif kind == "tool_use":
             out.append(

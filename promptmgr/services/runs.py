@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
+import redis
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
@@ -75,7 +77,14 @@ def _create_run(*, user: Any, project_id: int, prompt: str, conversation_id: int
 
 
 def _discard_run(run_id: int) -> None:
-    Run.objects.filter(pk=run_id).delete()
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        return
+    conversation = run.conversation
+    run.delete()
+    # A conversation that was opened just for this run goes with it.
+    if not conversation.runs.exists():
+        conversation.delete()
 
 
 async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id: int | None = None) -> Run:
@@ -83,21 +92,33 @@ async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id:
     run = await sync_to_async(_create_run)(
         user=user, project_id=project_id, prompt=prompt, conversation_id=conversation_id
     )
-    claimed = await live.claim_run_slot(
-        run.pk, run.user_id, per_user=settings.RUNS_PER_USER, total=settings.RUNS_GLOBAL
-    )
+    try:
+        claimed = await live.claim_run_slot(
+            run.pk, run.user_id, per_user=settings.RUNS_PER_USER, total=settings.RUNS_GLOBAL
+        )
+        if claimed > 0:
+            await live.append_event(
+                run.pk,
+                "prompt",
+                {
+                    "text": run.prompt,
+                    "user": getattr(user, "username", ""),
+                    "conversation_id": run.conversation_id,
+                },
+            )
+            await live.append_event(run.pk, "run_status", {"status": RunStatus.QUEUED})
+    except redis.RedisError:
+        # Nothing half-written: without Redis the run cannot be watched, so it never existed.
+        await sync_to_async(_discard_run)(run.pk)
+        with contextlib.suppress(redis.RedisError):
+            await live.release_run_slot(run.pk, run.user_id)
+        raise
     if claimed < 0:
         # Nothing half-written: the refused run leaves no trace.
         await sync_to_async(_discard_run)(run.pk)
         if claimed == -1:
             raise RunError(429, MSG_USER_CAP.format(limit=settings.RUNS_PER_USER))
         raise RunError(429, MSG_GLOBAL_CAP.format(limit=settings.RUNS_GLOBAL))
-    await live.append_event(
-        run.pk,
-        "prompt",
-        {"text": run.prompt, "user": getattr(user, "username", ""), "conversation_id": run.conversation_id},
-    )
-    await live.append_event(run.pk, "run_status", {"status": RunStatus.QUEUED})
     runner.launch(run.pk)
     return run
 
@@ -128,7 +149,9 @@ def conversation_history(conversation: Conversation) -> list[dict[str, Any]]:
         history.append(
             {
                 "run_id": run.pk,
+                "prompt": run.prompt,
                 "status": run.status,
+                "error": run.error.split("\nstderr:")[0],
                 "active": run.is_active,
                 "events_url": f"/api/runs/{run.pk}/events",
                 "events": [{"id": e.id, "event": e.event, "data": e.data} for e in events],

@@ -1,0 +1,82 @@
+"""A Redis outage: clear errors, nothing half-written, no process left behind."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptmgr import live
+from promptmgr.models import Conversation, Run
+from promptmgr.workspaces import workspace_path
+from tests.helpers import free_port, login_client, make_project, read_sse, script, wait_until
+from tests.runs.test_streaming import SLOW_TEXT, processes_in, start_run
+
+
+@pytest.fixture
+def private_redis(settings: Any, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A Redis of this test's own, so the test can take it down."""
+    binary = shutil.which("redis-server")
+    assert binary, "redis-server is installed by make test"
+    port = free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+    )
+    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
+    live.reset_clients()
+    import redis
+
+    wait_until(lambda: _ping(redis.Redis(port=port)), timeout=10, what="private redis")
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _ping(client: Any) -> bool:
+    try:
+        return bool(client.ping())
+    except Exception:
+        return False
+
+
+def test_starting_a_run_without_redis_is_503_and_writes_nothing(
+    app_server: Any, alice: Any, private_redis: subprocess.Popen[bytes]
+) -> None:
+    project = make_project(owner=alice)
+    client = login_client(app_server, "alice", "alice-password")
+    private_redis.kill()
+    private_redis.wait()
+    response = client.post(f"/api/projects/{project.pk}/runs", json={"prompt": "hello"})
+    assert response.status_code == 503
+    assert response.json()["detail"].startswith("The live service (Redis) is unreachable")
+    assert not Run.objects.exists()
+    assert not Conversation.objects.exists()
+
+
+def test_redis_dying_mid_run_fails_the_run_and_reaps_the_cli(
+    app_server: Any, alice: Any, private_redis: subprocess.Popen[bytes]
+) -> None:
+    project = make_project(owner=alice)
+    client = login_client(app_server, "alice", "alice-password")
+    started = start_run(client, project.pk, script(SLOW_TEXT))
+    read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
+    private_redis.kill()
+    private_redis.wait()
+
+    def ended() -> bool:
+        return not Run.objects.get(pk=started["run_id"]).is_active
+
+    wait_until(ended, timeout=30, what="the run to end")
+    run = Run.objects.get(pk=started["run_id"])
+    assert run.status == "failed"
+    assert run.error.startswith("Lost the connection to Redis")
+    wait_until(lambda: processes_in(workspace_path(project)) == [], timeout=10, what="the CLI to be reaped")
+    # What this worker had streamed is kept, so the conversation can still be shown.
+    wait_until(lambda: run.events.filter(event="session").exists(), timeout=20, what="streamed events kept")
+    assert run.events.filter(event="text_delta").exists()
