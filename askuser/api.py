@@ -29,7 +29,7 @@ MSG_BAD_TOKEN = "The relay token is not valid."
 class RelayTokenAuth(HttpBearer):
     """Bearer relay token → the run id it was minted for."""
 
-    async def __call__(self, request: HttpRequest) -> int | None:  # type: ignore[override]
+    async def __call__(self, request: HttpRequest) -> int | None:
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
@@ -47,6 +47,11 @@ class RelayTokenAuth(HttpBearer):
 
 
 relay_auth = RelayTokenAuth()
+
+
+def relay_run_id(request: HttpRequest) -> int:
+    """The run the request's relay token was minted for (set by ``RelayTokenAuth``)."""
+    return int(getattr(request, "auth"))  # noqa: B009 (ninja sets it dynamically)
 
 
 class OptionIn(Schema):
@@ -113,9 +118,7 @@ async def relay_question(request: HttpRequest, payload: RelayQuestionIn) -> Stat
     }
     try:
         created = await services.question_create(
-            run_id=int(request.auth),
-            source=QuestionSource.MCP,
-            questions=[question],  # type: ignore[attr-defined]
+            run_id=relay_run_id(request), source=QuestionSource.MCP, questions=[question]
         )
     except services.QuestionError as exc:
         raise HttpError(exc.status, exc.message) from None
@@ -130,7 +133,7 @@ async def relay_question(request: HttpRequest, payload: RelayQuestionIn) -> Stat
 async def poll_answer(request: HttpRequest, question_id: uuid.UUID) -> Status[PollOut]:
     try:
         result = await services.answer_wait(
-            run_id=int(request.auth),  # type: ignore[attr-defined]
+            run_id=relay_run_id(request),
             question_id=str(question_id),
             wait_seconds=settings.ASK_USER_LONG_POLL_SECONDS,
         )
@@ -152,7 +155,7 @@ async def submit_answer(request: HttpRequest, payload: SubmitIn) -> dict[str, An
     body = payload.dict(exclude={"question_id"}, exclude_none=True)
     try:
         return await services.answer_submit(
-            question_id=str(payload.question_id), user=request.auth, body=body
+            question_id=str(payload.question_id), user=request.user, body=body
         )
     except services.QuestionError as exc:
         raise HttpError(exc.status, exc.message) from None

@@ -187,14 +187,15 @@ def append_event_sync(run_id: int, event: str, data: dict[str, Any], *, ttl: int
 async def read_events(run_id: int, after: int, *, count: int = 500) -> list[Event]:
     """Events with id > ``after`` already in the stream (no waiting)."""
     client = get_async_redis()
-    entries = await client.xrange(events_key(run_id), min=f"({_stream_id(after)}", count=count)
+    # redis-py's stubs type replies as unions of bytes/str; decode_responses makes them str.
+    entries: Any = await client.xrange(events_key(run_id), min=f"({_stream_id(after)}", count=count)
     return [_decode(entry_id, fields) for entry_id, fields in entries]
 
 
 async def wait_events(run_id: int, after: int, *, block_ms: int, count: int = 500) -> list[Event]:
     """Events with id > ``after``, waiting up to ``block_ms`` for the first one."""
     client = get_async_redis()
-    result = await client.xread({events_key(run_id): _stream_id(after)}, block=block_ms, count=count)
+    result: Any = await client.xread({events_key(run_id): _stream_id(after)}, block=block_ms, count=count)
     events: list[Event] = []
     for _key, entries in result or []:
         events.extend(_decode(entry_id, fields) for entry_id, fields in entries)
@@ -307,7 +308,7 @@ async def relay_token_revoke(run_id: int) -> None:
     """The token stops authenticating at once; for a while it is still recognised as
     belonging to a finished run, so a late call gets 410 Gone rather than 403."""
     client = get_async_redis()
-    current = await client.get(relay_token_key(run_id))
+    current: Any = await client.get(relay_token_key(run_id))
     if current is None or current.startswith(ENDED_MARK):
         return
     await client.set(relay_token_key(run_id), ENDED_MARK + current, ex=ENDED_TOKEN_TTL)
@@ -329,7 +330,7 @@ async def answer_pop(question_id: str, *, wait_seconds: float) -> dict[str, Any]
     """Take the answer (once), waiting up to ``wait_seconds`` for it to arrive."""
     client = get_async_redis()
     if wait_seconds <= 0:
-        raw = await client.lpop(answer_key(question_id))
+        raw: Any = await client.lpop(answer_key(question_id))
         return json.loads(raw) if raw else None
-    result = await client.blpop([answer_key(question_id)], timeout=wait_seconds)
+    result: Any = await client.blpop([answer_key(question_id)], timeout=wait_seconds)
     return json.loads(result[1]) if result else None

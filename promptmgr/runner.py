@@ -306,7 +306,7 @@ class RunSupervisor:
                 await asyncio.sleep(1)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def _finish(self, ctx: RunContext, outcome: Outcome) -> None:
         """Reap the CLI, then record the outcome: the database first, so a Redis outage

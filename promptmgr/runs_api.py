@@ -77,7 +77,7 @@ def _events_url(run_id: int) -> str:
 async def start_run(request: HttpRequest, project_id: int, payload: RunIn) -> Status[RunStartOut]:
     try:
         run = await runs_service.run_start(
-            user=request.auth,
+            user=request.user,
             project_id=project_id,
             prompt=payload.prompt,
             conversation_id=payload.conversation_id,
@@ -98,7 +98,7 @@ async def start_run(request: HttpRequest, project_id: int, payload: RunIn) -> St
 @router.get("/runs/{run_id}", response={200: RunOut, 404: Message})
 def get_run(request: HttpRequest, run_id: int) -> Run:
     try:
-        return runs_service.run_visible(user=request.auth, run_id=run_id)
+        return runs_service.run_visible(user=request.user, run_id=run_id)
     except runs_service.RunError as exc:
         raise _fail(exc) from None
 
@@ -106,7 +106,7 @@ def get_run(request: HttpRequest, run_id: int) -> Run:
 @router.post("/runs/{run_id}/cancel", response={202: RunOut, 404: Message, 409: Message})
 async def cancel_run(request: HttpRequest, run_id: int) -> Status[Run]:
     try:
-        return Status(202, await runs_service.run_cancel(user=request.auth, run_id=run_id))
+        return Status(202, await runs_service.run_cancel(user=request.user, run_id=run_id))
     except runs_service.RunError as exc:
         raise _fail(exc) from None
 
@@ -116,7 +116,7 @@ async def run_events(
     request: HttpRequest, run_id: int, last_event_id: int | None = None
 ) -> StreamingHttpResponse:
     try:
-        await sync_to_async(runs_service.run_visible)(user=request.auth, run_id=run_id)
+        await sync_to_async(runs_service.run_visible)(user=request.user, run_id=run_id)
     except runs_service.RunError as exc:
         raise _fail(exc) from None
     header = request.headers.get("Last-Event-ID", "")
@@ -131,7 +131,7 @@ async def run_events(
 @router.get("/projects/{project_id}/conversations", response={200: list[ConversationOut], 404: Message})
 def list_conversations(request: HttpRequest, project_id: int) -> Any:
     try:
-        project = runs_service.project_visible(user=request.auth, project_id=project_id)
+        project = runs_service.project_visible(user=request.user, project_id=project_id)
     except runs_service.RunError as exc:
         raise _fail(exc) from None
     return list(project.conversations.all()[:200])
@@ -140,7 +140,7 @@ def list_conversations(request: HttpRequest, project_id: int) -> Any:
 @router.get("/conversations/{conversation_id}", response={200: ConversationDetailOut, 404: Message})
 def get_conversation(request: HttpRequest, conversation_id: int) -> Any:
     try:
-        conversation = runs_service.conversation_visible(user=request.auth, conversation_id=conversation_id)
+        conversation = runs_service.conversation_visible(user=request.user, conversation_id=conversation_id)
     except runs_service.RunError as exc:
         raise _fail(exc) from None
     return {

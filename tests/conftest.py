@@ -62,9 +62,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         return
     binary = shutil.which("redis-server")
     if binary is None:
-        pytest.fail(
-            "No Redis reachable at REDIS_URL and no redis-server installed (make test installs it)"
-        )
+        pytest.fail("No Redis reachable at REDIS_URL and no redis-server installed (make test installs it)")
     port = free_port()
     workdir = tmp_path_factory.mktemp("redis")
     proc = subprocess.Popen(
@@ -213,9 +211,7 @@ class LiveServer:
             lifespan="on",
         )
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(
-            target=self._server.run, name="uvicorn-live", daemon=True
-        )
+        self._thread = threading.Thread(target=self._server.run, name="uvicorn-live", daemon=True)
         self._thread.start()
         wait_until(
             lambda: bool(self._server and self._server.started),
@@ -260,13 +256,9 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():
-        pytest.fail(
-            f"Chromium not found at {CHROMIUM} (make test installs Debian's chromium)"
-        )
+        pytest.fail(f"Chromium not found at {CHROMIUM} (make test installs Debian's chromium)")
     with sync_playwright() as playwright:
-        instance = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
-        )
+        instance = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield instance
         instance.close()
 

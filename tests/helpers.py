@@ -28,9 +28,7 @@ def wait_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
-def make_project(
-    *, owner: Any, members: tuple[Any, ...] = (), sync: bool = True, **fields: Any
-) -> Any:
+def make_project(*, owner: Any, members: tuple[Any, ...] = (), sync: bool = True, **fields: Any) -> Any:
     """A project with its workspace generated, as the app would leave it."""
     from promptmgr.models import Project
     from promptmgr.workspaces import workspace_sync
@@ -54,9 +52,7 @@ def login_client(server: LiveServer, username: str, password: str) -> httpx.Clie
         data={"username": username, "password": password, "csrfmiddlewaretoken": token},
         headers={"Referer": f"{server.url}/accounts/login/"},
     )
-    assert response.status_code == 302, (
-        f"login failed for {username}: {response.status_code}"
-    )
+    assert response.status_code == 302, f"login failed for {username}: {response.status_code}"
     client.headers["X-CSRFToken"] = client.cookies.get("csrftoken") or ""
     client.headers["Referer"] = f"{server.url}/"
     return client
@@ -101,7 +97,9 @@ def read_sse(
                 raise TimeoutError(f"SSE: no stop event within {timeout}s; got {events}")
             if line == "":
                 if "event" in fields:
-                    event = SSEEvent(int(fields["id"]), fields["event"], _json.loads(fields.get("data", "null")))
+                    event = SSEEvent(
+                        int(fields["id"]), fields["event"], _json.loads(fields.get("data", "null"))
+                    )
                     events.append(event)
                     if stop(event):
                         return events

@@ -66,11 +66,12 @@ def _create_run(*, user: Any, project_id: int, prompt: str, conversation_id: int
         if conversation_id is None:
             conversation = Conversation.objects.create(project=project, user=user, title=text[:80])
         else:
-            conversation = (
+            found = (
                 Conversation.objects.select_for_update().filter(pk=conversation_id, project=project).first()
             )
-            if conversation is None:
+            if found is None:
                 raise RunError(404, MSG_NOT_FOUND)
+            conversation = found
             if conversation.runs.active().exists():
                 raise RunError(409, MSG_CONVERSATION_BUSY)
         return Run.objects.create(conversation=conversation, user=user, engine=project.engine, prompt=text)
