@@ -142,6 +142,12 @@ def _step_reply(step: dict[str, Any], conversation: Conversation) -> Reply:
         text = (text + "\n" if text else "") + "Earlier prompts: " + json.dumps(conversation.earlier_prompts)
     if step.get("quote_tool_results"):
         text = (text + "\n" if text else "") + quote_results(conversation.tool_results)
+    if step.get("acknowledge_answer"):
+        received = "; ".join(r["text"] for r in conversation.tool_results) or "nothing"
+        text += (
+            f"Thanks! The answer reached me in the same turn: “{received}”.\n\n"
+            "With the real Claude, work would now continue from your decision."
+        )
     tool = step.get("tool_use")
     tool_use = ToolUse(str(tool["name"]), dict(tool.get("input") or {})) if tool else None
     pace = step.get("pace_ms")
@@ -174,7 +180,7 @@ def _demo_script(conversation: Conversation) -> list[dict[str, Any]]:
                 "text": "I need a decision from you before I go on.",
                 "tool_use": {"name": ASK_USER_TOOL, "input": DEMO_QUESTION},
             },
-            {"text": "Thanks. ", "quote_tool_results": True},
+            {"acknowledge_answer": True},
         ]
     if wants_question and ASK_USER_QUESTION_TOOL in conversation.tool_names:
         return [
@@ -185,7 +191,7 @@ def _demo_script(conversation: Conversation) -> list[dict[str, Any]]:
                     "input": {"questions": [DEMO_QUESTION]},
                 },
             },
-            {"text": "Thanks. ", "quote_tool_results": True},
+            {"acknowledge_answer": True},
         ]
     return [
         {
