@@ -105,26 +105,29 @@ class ManagedProcess:
     async def _drain_stdout(self) -> None:
         stdout = self.proc.stdout
         assert stdout is not None
+        limit = self.max_line_bytes
         buffer = bytearray()
         skipping = False  # inside an over-long line whose head was already emitted
         try:
             while chunk := await stdout.read(READ_CHUNK):
                 start = 0
-                while (newline := chunk.find(b"\n", start)) >= 0:
-                    piece = chunk[start:newline]
+                while True:
+                    newline = chunk.find(b"\n", start)
+                    end = len(chunk) if newline < 0 else newline
+                    if not skipping:
+                        buffer += chunk[start:end]
+                        if len(buffer) > limit:
+                            await self.lines.put(Line(bytes(buffer[:limit]), truncated=True))
+                            buffer.clear()
+                            skipping = True
+                    if newline < 0:
+                        break
                     if skipping:
                         skipping = False
                     else:
-                        buffer += piece
                         await self.lines.put(Line(bytes(buffer)))
                     buffer.clear()
                     start = newline + 1
-                if not skipping:
-                    buffer += chunk[start:]
-                    if len(buffer) > self.max_line_bytes:
-                        await self.lines.put(Line(bytes(buffer[: self.max_line_bytes]), truncated=True))
-                        buffer.clear()
-                        skipping = True
             if buffer and not skipping:
                 await self.lines.put(Line(bytes(buffer)))
         finally:

@@ -253,3 +253,23 @@ def test_events_of_a_run_never_mix_into_another_runs_stream(app_server: Any, ali
         assert texts == [f"run number {i}"]
     wait_until(lambda: not Run.objects.active().exists(), timeout=10, what="runs to end")
     time.sleep(0)
+
+
+def test_any_worker_serves_events_and_cancels_a_run_another_worker_owns(app_server: Any, alice: Any) -> None:
+    from tests.conftest import LiveServer
+    from tests.helpers import free_port
+
+    other_worker = LiveServer(free_port())
+    other_worker.start()
+    try:
+        project = make_project(owner=alice)
+        owner_side = login_client(app_server, "alice", "alice-password")
+        started = start_run(owner_side, project.pk, script(SLOW_TEXT))
+        # The second worker has no local task for this run: only Redis connects them.
+        elsewhere = login_client(other_worker, "alice", "alice-password")
+        read_sse(elsewhere, started["events_url"], until=lambda e: e.event == "text_delta")
+        assert elsewhere.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
+        events = read_sse(elsewhere, started["events_url"])
+        assert events[-1].data == {"status": "cancelled"}
+    finally:
+        other_worker.stop()

@@ -1,0 +1,76 @@
+"""The SSE generator, fed a finite source (no HTTP, no Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from promptmgr.live import Event
+from promptmgr.sse import event_stream
+
+
+class ListSource:
+    def __init__(self, events: list[Event], *, finished: bool = True) -> None:
+        self.events = events
+        self._finished = finished
+        self.waits: list[float] = []
+
+    async def next_batch(self, after: int, wait_seconds: float) -> list[Event]:
+        self.waits.append(wait_seconds)
+        batch = [e for e in self.events if e.id > after][:2]
+        if not batch:
+            await asyncio.sleep(min(wait_seconds, 0.01))
+        return batch
+
+    async def finished(self) -> bool:
+        return self._finished
+
+
+async def collect(source: ListSource, after: int = 0, heartbeat: float = 0.05) -> list[bytes]:
+    return [chunk async for chunk in event_stream(source, after=after, heartbeat=heartbeat)]
+
+
+EVENTS = [Event(1, "prompt", {"text": "hi"}), Event(2, "text_delta", {"text": "a\nb"}), Event(3, "done", {})]
+
+
+async def test_every_event_carries_id_and_event_and_done_ends_the_stream() -> None:
+    chunks = await collect(ListSource(EVENTS))
+    assert chunks[0] == b"retry: 2000\n\n"
+    assert chunks[1:] == [
+        b'id: 1\nevent: prompt\ndata: {"text":"hi"}\n\n',
+        b'id: 2\nevent: text_delta\ndata: {"text":"a\\nb"}\n\n',
+        b"id: 3\nevent: done\ndata: {}\n\n",
+    ]
+
+
+async def test_it_replays_only_events_after_last_event_id() -> None:
+    chunks = await collect(ListSource(EVENTS), after=2)
+    assert chunks[1:] == [b"id: 3\nevent: done\ndata: {}\n\n"]
+
+
+async def test_a_quiet_stream_gets_heartbeat_comments() -> None:
+    source = ListSource([Event(1, "prompt", {})], finished=False)
+    stream = event_stream(source, after=0, heartbeat=0.05)
+    received = [await stream.__anext__() for _ in range(4)]
+    assert received[2] == b": keep-alive\n\n" and received[3] == b": keep-alive\n\n"
+    await stream.aclose()
+
+
+async def test_a_run_that_ended_without_done_still_ends_the_stream() -> None:
+    chunks = await collect(ListSource([Event(1, "prompt", {})], finished=True))
+    assert chunks[-1] == b'id: 2\nevent: done\ndata: {"status":"unknown"}\n\n'
+
+
+async def test_client_going_away_cancels_and_reraises() -> None:
+    source = ListSource([], finished=False)
+
+    async def consume() -> None:
+        async for _chunk in event_stream(source, after=0, heartbeat=10):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

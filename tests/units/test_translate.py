@@ -1,0 +1,63 @@
+"""stream-json lines become the app's named events."""
+
+from __future__ import annotations
+
+from promptmgr.translate import TOOL_RESULT_MAX_CHARS, translate
+
+
+def test_init_line_becomes_a_session_event() -> None:
+    line = {
+        "type": "system",
+        "subtype": "init",
+        "session_id": "s1",
+        "model": "m",
+        "permissionMode": "plan",
+        "tools": ["Bash"],
+        "mcp_servers": [{"name": "ask-user", "status": "connected", "source": "project"}],
+    }
+    assert translate(line) == [
+        (
+            "session",
+            {
+                "session_id": "s1",
+                "model": "m",
+                "permission_mode": "plan",
+                "tools": ["Bash"],
+                "mcp_servers": [{"name": "ask-user", "status": "connected"}],
+            },
+        )
+    ]
+
+
+def test_assistant_markdown_is_sanitized_html() -> None:
+    line = {
+        "type": "assistant",
+        "message": {"content": [{"type": "text", "text": "**hi** <script>x()</script>"}]},
+    }
+    [(name, data)] = translate(line)
+    assert name == "assistant_text"
+    assert data["html"] == "<p><strong>hi</strong> &lt;script&gt;x()&lt;/script&gt;</p>\n"
+
+
+def test_javascript_links_are_dropped() -> None:
+    line = {
+        "type": "assistant",
+        "message": {"content": [{"type": "text", "text": "[x](javascript:alert(1))"}]},
+    }
+    [(_name, data)] = translate(line)
+    assert "<a" not in data["html"] and "href" not in data["html"]
+
+
+def test_tool_results_are_clipped_with_a_marker() -> None:
+    huge = "z" * (TOOL_RESULT_MAX_CHARS + 10)
+    line = {
+        "type": "user",
+        "message": {"content": [{"type": "tool_result", "tool_use_id": "t", "content": huge}]},
+    }
+    [(_name, data)] = translate(line)
+    assert data["content"].endswith("[10 more characters not shown]")
+
+
+def test_unknown_lines_are_ignored() -> None:
+    assert translate({"type": "system", "subtype": "status"}) == []
+    assert translate({"type": "something_new"}) == []
