@@ -192,6 +192,11 @@ async def read_events(run_id: int, after: int, *, count: int = 500) -> list[Even
     return [_decode(entry_id, fields) for entry_id, fields in entries]
 
 
+def read_all_events_sync(run_id: int) -> list[Event]:
+    entries: Any = get_redis().xrange(events_key(run_id))
+    return [_decode(entry_id, fields) for entry_id, fields in entries]
+
+
 async def wait_events(run_id: int, after: int, *, block_ms: int, count: int = 500) -> list[Event]:
     """Events with id > ``after``, waiting up to ``block_ms`` for the first one."""
     client = get_async_redis()

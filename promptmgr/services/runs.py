@@ -139,7 +139,11 @@ def stored_events(run_id: int, after: int) -> list[live.Event]:
 
 
 def run_is_active(run_id: int) -> bool:
-    return Run.objects.filter(pk=run_id).active().exists()
+    """Whether more events can come; a run whose worker died is failed on the spot."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None or not run.is_active:
+        return False
+    return not runner.recover_run_if_orphaned(run)
 
 
 def conversation_history(conversation: Conversation) -> list[dict[str, Any]]:

@@ -133,3 +133,29 @@ def test_idle_timeout_stops_a_silent_cli(app_server: Any, alice: Any, settings: 
     assert events[-1].data == {"status": "timed_out"}
     run = Run.objects.get(pk=started["run_id"])
     assert run.error == "Stopped: Claude Code printed nothing for 5 s."
+
+
+def test_a_run_whose_worker_died_is_failed_and_its_stream_ends(
+    app_server: Any, alice: Any, settings: Any, redis_client: Any
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from promptmgr import live
+    from promptmgr.models import Conversation
+
+    settings.SSE_HEARTBEAT_SECONDS = 1
+    project = make_project(owner=alice)
+    conversation = Conversation.objects.create(project=project, user=alice)
+    # What a crashed worker leaves: an active run, some events, no owner key.
+    run = Run.objects.create(conversation=conversation, user=alice, prompt="p", status="running")
+    Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(minutes=5))
+    live.append_event_sync(run.pk, "prompt", {"text": "p"})
+    client = login_client(app_server, "alice", "alice-password")
+    events = read_sse(client, f"/api/runs/{run.pk}/events", timeout=20)
+    assert [e.event for e in events] == ["prompt", "error", "run_status", "done"]
+    assert events[-1].data == {"status": "failed"}
+    run.refresh_from_db()
+    assert run.status == "failed" and run.error == "The worker running this prompt stopped unexpectedly."
+    assert run.events.count() == 4
