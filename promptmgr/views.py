@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_http_methods
 
 from promptmgr.forms import ProjectCreateForm
@@ -35,6 +38,21 @@ def project_list(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@ensure_csrf_cookie
 def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     project = project_for_user(user=request.user, project_id=project_id)
-    return render(request, "projects/detail.html", {"project": project})
+
+    def with_id_slot(name: str, kwarg: str) -> str:
+        # The chat script fills in "{id}"; reverse() needs a real id, so 0 stands in for it.
+        head, _, tail = reverse(name, kwargs={kwarg: 0}).rpartition("/0")
+        return f"{head}/{{id}}{tail}"
+
+    chat = {
+        "runs_url": reverse("api:start_run", kwargs={"project_id": project.pk}),
+        "conversations_url": reverse("api:list_conversations", kwargs={"project_id": project.pk}),
+        "conversation_url": with_id_slot("api:get_conversation", "conversation_id"),
+        "cancel_url": with_id_slot("api:cancel_run", "run_id"),
+        "submit_answer_url": reverse("api:submit_answer"),
+        "csrf_cookie": settings.CSRF_COOKIE_NAME,
+    }
+    return render(request, "projects/detail.html", {"project": project, "chat": chat})

@@ -1,0 +1,146 @@
+// The chat workspace page: wires the sidebar, the open conversation and the prompt box.
+// URLs come from data-* attributes the template renders on #chat.
+
+import { makeApi } from "./api.js";
+import { Attention, askNotificationPermissionOnce } from "./attention.js";
+import { ConversationView } from "./conversation.js";
+import { Sidebar } from "./sidebar.js";
+
+const root = document.getElementById("chat");
+const config = root.dataset;
+const part = (name) => root.querySelector(`[data-role="${name}"]`);
+
+const api = makeApi(config.csrfCookie);
+const attention = new Attention();
+const prompt = part("prompt");
+const composer = part("composer");
+const composerError = part("composer-error");
+const sendButton = part("send");
+let sending = false;
+
+const sidebar = new Sidebar({
+  list: part("conversations"),
+  empty: part("conversations-empty"),
+  url: config.conversationsUrl,
+  api,
+  onSelect: (id) => navigate(id),
+});
+
+const view = new ConversationView({
+  parts: {
+    stream: part("stream"),
+    welcome: part("welcome"),
+    title: part("title"),
+    status: part("status"),
+    cancel: part("cancel"),
+    connection: part("connection"),
+    prompt,
+  },
+  config,
+  api,
+  attention,
+  hooks: {
+    onChange: () => updateComposer(),
+    onRunEnded: () => {
+      sidebar.refresh();
+      if (!prompt.disabled) prompt.focus({ preventScroll: true });
+    },
+  },
+});
+
+function updateComposer() {
+  const locked = sending || view.busy;
+  prompt.disabled = locked;
+  sendButton.disabled = locked;
+  prompt.placeholder = view.busy
+    ? "Claude is working — you can send the next prompt when this run ends"
+    : "Message Claude — Enter to send, Shift+Enter for a new line";
+}
+
+function showComposerError(text) {
+  composerError.textContent = text;
+  composerError.hidden = !text;
+}
+
+function conversationFromUrl() {
+  const value = new URLSearchParams(window.location.search).get("c");
+  return value && /^\d+$/.test(value) ? Number(value) : null;
+}
+
+function setUrl(conversationId, replace = false) {
+  const url = new URL(window.location.href);
+  if (conversationId) url.searchParams.set("c", String(conversationId));
+  else url.searchParams.delete("c");
+  if (url.href === window.location.href) return;
+  window.history[replace ? "replaceState" : "pushState"]({}, "", url);
+}
+
+async function show(conversationId) {
+  showComposerError("");
+  sidebar.highlight(conversationId);
+  if (!conversationId) {
+    view.clear();
+    return;
+  }
+  try {
+    await view.open(conversationId);
+  } catch (error) {
+    view.clear();
+    setUrl(null, true);
+    sidebar.highlight(null);
+    showComposerError(error.status === 404 ? "That conversation does not exist or is not yours." : error.detail);
+  }
+}
+
+function navigate(conversationId) {
+  setUrl(conversationId);
+  show(conversationId);
+}
+
+async function send() {
+  const text = prompt.value.trim();
+  if (!text || sending || view.busy) return;
+  askNotificationPermissionOnce();
+  sending = true;
+  updateComposer();
+  showComposerError("");
+  try {
+    const started = await view.start(text);
+    prompt.value = "";
+    // The user may have opened another conversation while the prompt was on its way.
+    if (view.id === started.conversation_id) {
+      setUrl(started.conversation_id, true);
+      sidebar.highlight(started.conversation_id);
+    }
+    sidebar.refresh();
+  } catch (error) {
+    showComposerError(error.detail || String(error));
+  } finally {
+    sending = false;
+    updateComposer();
+  }
+}
+
+composer.addEventListener("submit", (event) => {
+  event.preventDefault();
+  send();
+});
+
+prompt.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    send();
+  }
+});
+
+part("new-conversation").addEventListener("click", () => {
+  navigate(null);
+  prompt.focus();
+});
+
+window.addEventListener("popstate", () => show(conversationFromUrl()));
+
+sidebar.refresh();
+show(conversationFromUrl()).then(() => {
+  if (!prompt.disabled) prompt.focus({ preventScroll: true });
+});
