@@ -1,0 +1,280 @@
+"""Question cards in a real browser, answered back into the still-running Claude turn."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from playwright.sync_api import expect
+
+from tests.conftest import LiveServer
+from tests.helpers import browser_login, login_client, make_project, script
+from tests.pages.chat import PROMPT, QUOTE, OpenChat, ask, last_reply, send_prompt, serve_static
+
+WAITING_TITLE = re.compile(r"^\(\?\) Claude is waiting — ")
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def test_an_option_picked_on_the_card_reaches_claude(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+
+    send_prompt(page, script(ask("Which database?", ["SQLite", "PostgreSQL"], header="DB"), QUOTE))
+
+    card = page.locator(".qcard")
+    expect(card.locator(".qcard-question")).to_have_text("Which database?")
+    expect(card.locator(".qcard-chip")).to_have_text("DB")
+    expect(card.locator(".qcard-desc")).to_have_text(["about SQLite", "about PostgreSQL"])
+    expect(card.locator("input[type=radio]")).to_have_count(3)  # two options and "Other"
+    expect(card.locator(".qcard-other-text")).to_be_visible()
+    expect(card.locator(".qcard-countdown")).to_have_text(re.compile(r"^\d+:\d\d left$"))
+    expect(page.locator("[data-role=status]")).to_have_text("Waiting for you")
+    expect(page).to_have_title(WAITING_TITLE)
+    page.screenshot(path="/tmp/card.png")
+
+    card.locator(".qcard-option", has_text="PostgreSQL").click()
+    card.get_by_role("button", name="Send answer").click()
+
+    expect(last_reply(page)).to_contain_text("User selected: PostgreSQL")
+    expect(card.locator(".qcard-answer")).to_have_text("You answered: PostgreSQL")
+    expect(card.locator(".qcard-form")).to_be_hidden()
+    expect(card.locator(".qcard-status")).to_have_text("Delivered to Claude ✓")
+    expect(page).not_to_have_title(WAITING_TITLE)
+    expect(page.locator("[data-role=status]")).to_have_text("Completed")
+
+
+def test_a_free_text_answer_reaches_claude(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+
+    send_prompt(page, script(ask("What should the module be called?"), QUOTE))
+
+    card = page.locator(".qcard")
+    answer = card.locator("textarea.qcard-free")
+    expect(answer).to_be_focused()
+    expect(card.locator("input[type=radio], input[type=checkbox]")).to_have_count(0)
+    answer.type("billing")
+    answer.press("Shift+Enter")
+    expect(answer).to_have_value("billing\n")
+    answer.fill("billing_core")
+    answer.press("Enter")
+
+    expect(last_reply(page)).to_contain_text("User answered: billing_core")
+    expect(card.locator(".qcard-answer")).to_have_text("You answered: billing_core")
+
+
+def test_keyboard_picks_several_options_and_notes_go_along(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+
+    send_prompt(page, script(ask("Which checks?", ["Lint", "Types", "Tests"], multi=True), QUOTE))
+
+    card = page.locator(".qcard")
+    expect(card.locator("input[type=checkbox]")).to_have_count(4)
+    page.keyboard.press("1")
+    page.keyboard.press("3")
+    expect(card.locator("input[type=checkbox]:checked")).to_have_count(2)
+    card.locator(".qcard-notes-box summary").click()
+    card.locator(".qcard-notes").fill("tests first")
+    card.locator(".qcard-notes").press("Enter")
+
+    expect(last_reply(page)).to_contain_text("User selected: Lint, Tests")
+    expect(last_reply(page)).to_contain_text("Notes: tests first")
+    expect(card.locator(".qcard-answer")).to_have_text("You answered: Lint, Tests")
+    expect(card.locator(".qcard-answer-notes")).to_have_text("Note: tests first")
+
+
+def test_an_other_answer_replaces_the_options(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+
+    send_prompt(page, script(ask("Which database?", ["SQLite", "PostgreSQL"]), QUOTE))
+
+    card = page.locator(".qcard")
+    page.keyboard.press("1")
+    card.locator(".qcard-other-text").fill("DuckDB")
+    expect(card.locator("input[value=other]")).to_be_checked()
+    card.locator(".qcard-other-text").press("Enter")
+
+    expect(last_reply(page)).to_contain_text("User answered: DuckDB")
+    expect(card.locator(".qcard-answer")).to_have_text("You answered: DuckDB")
+
+
+def test_sending_nothing_says_what_is_missing(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+    send_prompt(page, script(ask("Which database?", ["SQLite", "PostgreSQL"]), QUOTE))
+    card = page.locator(".qcard")
+
+    card.get_by_role("button", name="Send answer").click()
+
+    expect(card.locator(".qcard-error")).to_have_text("Choose an option or type an answer first.")
+    expect(card.locator(".qcard-q.is-missing")).to_have_count(1)
+    page.keyboard.press("2")
+    expect(card.locator(".qcard-q.is-missing")).to_have_count(0)
+    page.keyboard.press("Enter")
+    expect(card.locator(".qcard-answer")).to_have_text("You answered: PostgreSQL")
+
+
+def test_a_two_question_form_is_answered_at_once(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice, engine="sdk")
+    page = open_chat(project)
+    questions = [
+        {
+            "question": "Which database?",
+            "header": "DB",
+            "options": [
+                {"label": "SQLite", "description": "one file"},
+                {"label": "PostgreSQL", "description": "a server"},
+            ],
+            "multiSelect": False,
+        },
+        {
+            "question": "Which checks?",
+            "header": "CI",
+            "options": [
+                {"label": "Lint", "description": "ruff"},
+                {"label": "Types", "description": "mypy"},
+                {"label": "Tests", "description": "pytest"},
+            ],
+            "multiSelect": True,
+        },
+    ]
+
+    send_prompt(
+        page, script({"tool_use": {"name": "AskUserQuestion", "input": {"questions": questions}}}, QUOTE)
+    )
+
+    card = page.locator(".qcard")
+    expect(card.locator(".qcard-q")).to_have_count(2)
+    expect(card.locator(".qcard-chip")).to_have_text(["DB", "CI"])
+    expect(card.locator(".qcard-badge")).to_have_text("Claude has 2 questions")
+    # Number keys go to the first unanswered question, then on to the next.
+    page.keyboard.press("2")
+    page.keyboard.press("1")
+    page.keyboard.press("3")
+    expect(card.locator(".qcard-q").nth(0).locator("input:checked")).to_have_count(1)
+    expect(card.locator(".qcard-q").nth(1).locator("input:checked")).to_have_count(2)
+    card.get_by_role("button", name="Send answer").click()
+
+    reply = last_reply(page)
+    expect(reply).to_contain_text("PostgreSQL")
+    expect(reply).to_contain_text("Lint, Tests")
+    expect(card.locator(".qcard-answer-list li")).to_have_text(
+        ["Which database? PostgreSQL", "Which checks? Lint, Tests"]
+    )
+
+
+def test_question_text_is_shown_literally_never_as_html(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+    dialogs: list[str] = []
+
+    def record(dialog: Any) -> None:
+        dialogs.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", record)
+    step = ask(f"Pick {XSS}", ["<b>bold</b>", "plain"], header="<i>h</i>")
+    step["tool_use"]["input"]["options"][0]["description"] = XSS
+
+    send_prompt(page, script(step, QUOTE))
+
+    card = page.locator(".qcard")
+    expect(card.locator(".qcard-question")).to_have_text(f"Pick {XSS}")
+    expect(card.locator(".qcard-label").first).to_have_text("<b>bold</b>")
+    expect(card.locator(".qcard-desc").first).to_have_text(XSS)
+    expect(card.locator(".qcard-chip")).to_have_text("<i>h</i>")
+    expect(card.locator("img, b, i")).to_have_count(0)
+    expect(page.locator(".tool-summary")).to_have_text(f"Pick {XSS}")
+    expect(page.locator(".tool img")).to_have_count(0)
+
+    card.locator(".qcard-other-text").fill(XSS)
+    card.get_by_role("button", name="Send answer").click()
+
+    expect(card.locator(".qcard-answer")).to_have_text(f"You answered: {XSS}")
+    expect(card.locator("img")).to_have_count(0)
+    expect(page.locator(".run-footer .status-chip")).to_have_text("Completed")
+    assert dialogs == []
+
+
+def test_a_question_answered_elsewhere_closes_the_card_here(
+    open_chat: OpenChat, app_server: LiveServer, alice: Any
+) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+    send_prompt(page, script(ask("Which database?", ["SQLite", "PostgreSQL"]), QUOTE))
+    card = page.locator(".qcard.is-pending")
+    expect(card).to_be_visible()
+    question_id = card.get_attribute("data-question-id")
+
+    other = login_client(app_server, "alice", "alice-password")
+    response = other.post(
+        "/api/askuser/submit-answer", json={"question_id": question_id, "selectedOptions": [0]}
+    )
+    assert response.status_code == 200, response.text
+
+    answered = page.locator(f".qcard[data-question-id='{question_id}']")
+    expect(answered.locator(".qcard-answer")).to_have_text("You answered: SQLite")
+    expect(answered.locator(".qcard-form")).to_be_hidden()
+    expect(last_reply(page)).to_contain_text("User selected: SQLite")
+    expect(page).not_to_have_title(WAITING_TITLE)
+
+
+def test_an_answer_in_one_tab_closes_the_card_in_another(
+    open_chat: OpenChat, app_server: LiveServer, browser: Any, alice: Any
+) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+    send_prompt(page, script(ask("Ship it?", ["Yes", "No"]), QUOTE))
+    expect(page.locator(".qcard.is-pending")).to_be_visible()
+    expect(page).to_have_url(re.compile(r"\?c=\d+$"))
+
+    context = browser.new_context()
+    serve_static(context)
+    try:
+        second = context.new_page()
+        browser_login(second, app_server, "alice", "alice-password")
+        second.goto(page.url)
+        second.locator(".qcard-option", has_text="No").click()
+        second.get_by_role("button", name="Send answer").click()
+        expect(second.locator(".qcard-answer")).to_have_text("You answered: No")
+    finally:
+        context.close()
+
+    expect(page.locator(".qcard-answer")).to_have_text("You answered: No")
+    expect(last_reply(page)).to_contain_text("User selected: No")
+
+
+def test_a_pending_question_comes_back_after_a_reload(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+    send_prompt(page, script(ask("Still there?", ["Yes", "No"]), QUOTE))
+    expect(page.locator(".qcard.is-pending")).to_be_visible()
+
+    page.reload()
+
+    card = page.locator(".qcard")
+    expect(card).to_have_count(1)
+    expect(card).to_have_class(re.compile(r"\bis-pending\b"))
+    expect(page).to_have_title(WAITING_TITLE)
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+    expect(card.locator(".qcard-answer")).to_have_text("You answered: Yes")
+    expect(last_reply(page)).to_contain_text("User selected: Yes")
+
+
+def test_cancelling_the_run_cancels_its_question(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+    send_prompt(page, script(ask("Wait for me?", ["Yes"]), QUOTE))
+    expect(page.locator(".qcard.is-pending")).to_be_visible()
+
+    page.get_by_role("button", name="Cancel").click()
+
+    card = page.locator(".qcard")
+    expect(card.locator(".qcard-closed")).to_contain_text("Question cancelled")
+    expect(card.locator(".qcard-form")).to_be_hidden()
+    expect(page.locator("[data-role=status]")).to_have_text("Cancelled")
+    expect(page).not_to_have_title(WAITING_TITLE)
+    expect(page.locator(PROMPT)).to_be_enabled()
