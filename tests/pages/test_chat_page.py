@@ -141,6 +141,33 @@ def test_a_dropped_stream_resumes_from_the_last_event(open_chat: OpenChat, alice
     expect(page.locator(".msg-claude")).to_have_count(1)
 
 
+def test_a_stream_cut_mid_run_reconnects_and_shows_nothing_twice(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+    connections: list[str] = []
+
+    def cut_then_replay_everything(route: Any) -> None:
+        connections.append(route.request.url)
+        # Fetched here with no Last-Event-ID: the whole run from event 1.
+        blocks = route.fetch(headers={"Accept": "text/event-stream"}).text().split("\n\n")
+        if len(connections) == 1:
+            # The first connection ends before Claude's text is complete.
+            blocks = blocks[: next(i for i, b in enumerate(blocks) if "event: assistant_text" in b)]
+        # A reconnect answered from event 1 again: the page must drop what it already has.
+        body = "\n\n".join(blocks) + "\n\n"
+        route.fulfill(status=200, headers={"Content-Type": "text/event-stream"}, body=body)
+
+    page.route("**/api/runs/*/events*", cut_then_replay_everything)
+    send_prompt(page, script({"text": "Once and only once."}))
+
+    expect(page.locator(".run-footer .status-chip")).to_have_text("Completed", timeout=30_000)
+    assert len(connections) == 2
+    expect(page.locator(".msg-user")).to_have_count(1)
+    expect(page.locator(".run-meta")).to_have_count(1)
+    expect(page.locator(".msg-claude")).to_have_count(1)
+    expect(last_reply(page)).to_have_text("Once and only once.")
+
+
 def test_conversations_are_listed_newest_first_and_reopen_from_the_sidebar(
     open_chat: OpenChat, alice: Any
 ) -> None:

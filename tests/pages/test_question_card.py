@@ -278,3 +278,57 @@ def test_cancelling_the_run_cancels_its_question(open_chat: OpenChat, alice: Any
     expect(page.locator("[data-role=status]")).to_have_text("Cancelled")
     expect(page).not_to_have_title(WAITING_TITLE)
     expect(page.locator(PROMPT)).to_be_enabled()
+
+
+def test_an_unanswered_question_times_out_on_the_card(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice, ask_user_timeout=30)
+    page = open_chat(project)
+    send_prompt(page, script(ask("Anyone there?", ["Yes"]), QUOTE))
+    card = page.locator(".qcard")
+    expect(card.locator(".qcard-countdown")).to_have_class(re.compile(r"\bis-urgent\b"))
+
+    expect(card.locator(".qcard-closed")).to_contain_text("Question timed out", timeout=60_000)
+    expect(card.locator(".qcard-form")).to_be_hidden()
+    expect(last_reply(page)).to_contain_text("User did not respond within 30 seconds")
+    expect(page).not_to_have_title(WAITING_TITLE)
+
+
+FAKE_NOTIFICATIONS = """
+window.__shown = [];
+window.__asked = 0;
+class FakeNotification {
+  constructor(title, options) { window.__shown.push({ title, body: options.body }); }
+  addEventListener() {}
+}
+FakeNotification.permission = "default";
+FakeNotification.requestPermission = async () => {
+  window.__asked += 1;
+  FakeNotification.permission = "granted";
+  return "granted";
+};
+window.Notification = FakeNotification;
+document.hasFocus = () => false;
+"""
+
+
+def test_notification_permission_is_asked_once_and_a_question_notifies(
+    open_chat: OpenChat, page: Any, alice: Any
+) -> None:
+    page.add_init_script(FAKE_NOTIFICATIONS)
+    project = make_project(owner=alice)
+    open_chat(project)
+    assert page.evaluate("window.__asked") == 0
+
+    send_prompt(page, script(ask("Which database?", ["SQLite", "PostgreSQL"]), QUOTE))
+
+    expect(page.locator(".qcard.is-pending")).to_be_visible()
+    page.wait_for_function("window.__shown.length === 1")
+    assert page.evaluate("window.__shown") == [
+        {"title": "Claude is waiting for your answer", "body": "Which database?"}
+    ]
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+    expect(page.locator(PROMPT)).to_be_enabled()
+    send_prompt(page, script({"text": "again"}))
+    expect(last_reply(page)).to_have_text("again")
+    assert page.evaluate("window.__asked") == 1
