@@ -141,7 +141,8 @@ export class QuestionCard {
     for (const field of this.fields) field.setMissing(missing.includes(field));
     if (missing.length) {
       const text = missing[0].spec.question;
-      this.showError(this.fields.length > 1 ? `Answer every question: “${text}” has no answer yet.` : "Choose an option or type an answer first.");
+      const hint = missing[0].options.length ? "Choose an option or type an answer first." : "Type an answer first.";
+      this.showError(this.fields.length > 1 ? `Answer every question: “${text}” has no answer yet.` : hint);
       missing[0].focus();
       return;
     }
@@ -195,7 +196,9 @@ export class QuestionCard {
       lines.push(list);
     }
     if (data.notes) lines.push(el("p", { class: "qcard-answer-notes" }, "Note: ", data.notes));
-    this.summary.replaceChildren(el("p", { class: "qcard-asked", text: this.questionSummary() }), ...lines);
+    // A form of several questions lists them with their answers; one question says it above.
+    const asked = this.questions.length <= 1 ? el("p", { class: "qcard-asked", text: this.questionSummary() }) : null;
+    this.summary.replaceChildren(...[asked, ...lines].filter(Boolean));
     this.close("is-answered", "", "");
     this.setState("answered");
     this.showStatus("Waiting for Claude to continue…", false);
