@@ -1,8 +1,9 @@
 """ASGI entry point: ``uvicorn promptmgr.asgi:application``.
 
 Around Django it adds the ASGI lifespan (so runs are stopped and their process groups
-reaped when the server shuts down) and, when no Anthropic key is set, the offline demo
-model under ``DEMO_MODEL_PATH``.
+reaped when the server shuts down), static files (uvicorn serves none, and a sync-only
+middleware such as whitenoise would push every async view into a thread of its own), and,
+when no Anthropic key is set, the offline demo model under ``DEMO_MODEL_PATH``.
 """
 
 from __future__ import annotations
@@ -17,12 +18,16 @@ django_application = get_asgi_application()
 
 from django.conf import settings  # noqa: E402  (after Django is set up)
 
+from starlette.staticfiles import StaticFiles  # noqa: E402
+
 from promptmgr import lifecycle  # noqa: E402
 from promptmgr.scripted_model.server import create_app as create_demo_model  # noqa: E402
 
 Scope = dict[str, Any]
 
 _demo_model = create_demo_model(pace_ms=15) if settings.DEMO_MODEL else None
+# The project's static/ plus the admin's own files, served async with ETags.
+_static = StaticFiles(directory=settings.STATICFILES_DIRS[0], packages=[("django.contrib.admin", "static")])
 
 
 async def application(scope: Scope, receive: Any, send: Any) -> None:
@@ -30,6 +35,10 @@ async def application(scope: Scope, receive: Any, send: Any) -> None:
         await lifecycle.lifespan(scope, receive, send)
         return
     path = scope.get("path", "")
+    if scope["type"] == "http" and path.startswith(settings.STATIC_URL):
+        inner = dict(scope, path=path[len(settings.STATIC_URL) - 1 :], root_path="")
+        await _static(inner, receive, send)
+        return
     if _demo_model is not None and path.startswith(settings.DEMO_MODEL_PATH + "/"):
         inner = dict(scope, path=path[len(settings.DEMO_MODEL_PATH) :], root_path="")
         await _demo_model(inner, receive, send)

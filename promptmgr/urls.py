@@ -2,7 +2,6 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import path
 from django.views.generic import RedirectView
 
@@ -18,7 +17,3 @@ urlpatterns = [
     path("projects/", views.project_list, name="project_list"),
     path("projects/<int:project_id>/", views.project_detail, name="project_detail"),
 ]
-
-# uvicorn does not serve /static/ as runserver does; with DEBUG off, serve STATIC_ROOT
-# (after collectstatic) from the reverse proxy instead.
-urlpatterns += staticfiles_urlpatterns()

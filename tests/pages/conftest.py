@@ -8,15 +8,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.helpers import browser_login
-from tests.pages.chat import OpenChat, serve_static
+from tests.pages.chat import OpenChat
 
 if TYPE_CHECKING:
     from tests.conftest import LiveServer
-
-
-@pytest.fixture(autouse=True)
-def static_files(page: Any) -> None:
-    serve_static(page)
 
 
 @pytest.fixture(autouse=True)

@@ -22,7 +22,7 @@ def test_a_prompt_streams_its_answer_and_a_reload_shows_the_conversation_again(
     page = open_chat(project)
     expect(page.locator(".chat-project")).to_have_text("Alpha")
 
-    send_prompt(page, script({"text": "Hello from **the scripted model**.", "pace_ms": 30, "chunk_chars": 4}))
+    send_prompt(page, script({"text": "Hello from **the scripted model**.", "pace_ms": 60, "chunk_chars": 1}))
 
     # Plain text while it streams, then the server's sanitized Markdown.
     expect(page.locator(".msg-text.is-streaming")).to_be_visible()
@@ -40,7 +40,7 @@ def test_a_prompt_streams_its_answer_and_a_reload_shows_the_conversation_again(
 
     expect(page.locator(".msg-user")).to_have_count(1)
     expect(page.locator(".msg-user .msg-text")).to_have_text(
-        script({"text": "Hello from **the scripted model**.", "pace_ms": 30, "chunk_chars": 4})
+        script({"text": "Hello from **the scripted model**.", "pace_ms": 60, "chunk_chars": 1})
     )
     expect(page.locator(".msg-claude")).to_have_count(1)
     expect(last_reply(page)).to_have_text("Hello from the scripted model.")
@@ -218,3 +218,11 @@ def test_the_page_hands_the_script_its_urls(alice: Any, client: Any) -> None:
     assert 'data-csrf-cookie="csrftoken"' in html
     assert 'type="module"' in html and "/static/js/chat/main.js" in html
     assert "csrftoken" in response.cookies
+
+
+def test_static_files_are_served_by_the_app_itself(app_server: LiveServer) -> None:
+    import httpx
+
+    for path in ("/static/js/chat/main.js", "/static/css/chat.css", "/static/admin/css/base.css"):
+        response = httpx.get(f"{app_server.url}{path}")
+        assert response.status_code == 200, path

@@ -9,7 +9,7 @@ from playwright.sync_api import expect
 
 from tests.conftest import LiveServer
 from tests.helpers import browser_login, login_client, make_project, script
-from tests.pages.chat import PROMPT, QUOTE, OpenChat, ask, last_reply, send_prompt, serve_static
+from tests.pages.chat import PROMPT, QUOTE, OpenChat, ask, last_reply, send_prompt
 
 WAITING_TITLE = re.compile(r"^\(\?\) Claude is waiting — ")
 XSS = "<img src=x onerror=alert(1)>"
@@ -231,7 +231,6 @@ def test_an_answer_in_one_tab_closes_the_card_in_another(
     expect(page).to_have_url(re.compile(r"\?c=\d+$"))
 
     context = browser.new_context()
-    serve_static(context)
     try:
         second = context.new_page()
         browser_login(second, app_server, "alice", "alice-password")
