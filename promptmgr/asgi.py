@@ -17,7 +17,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "promptmgr.settings")
 django_application = get_asgi_application()
 
 from django.conf import settings  # noqa: E402  (after Django is set up)
-
 from starlette.staticfiles import StaticFiles  # noqa: E402
 
 from promptmgr import lifecycle  # noqa: E402

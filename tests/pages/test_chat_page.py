@@ -220,7 +220,7 @@ def test_the_page_hands_the_script_its_urls(alice: Any, client: Any) -> None:
     assert "csrftoken" in response.cookies
 
 
-def test_static_files_are_served_by_the_app_itself(app_server: LiveServer) -> None:
+def test_static_files_are_served_by_the_app_itself(app_server: Any) -> None:
     import httpx
 
     for path in ("/static/js/chat/main.js", "/static/css/chat.css", "/static/admin/css/base.css"):
