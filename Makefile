@@ -49,9 +49,9 @@ test: $(VENV)/.installed-dev
 	$(MAKE) --no-print-directory lint
 	$(VENV)/bin/pytest
 
-# Every bench/bench_*.py is a script that prints its own results.
-bench: $(VENV)/.installed-dev
-	scripts/ensure-redis.sh
-	@shopt -s nullglob; benches=(bench/bench_*.py); \
-	if [ $${#benches[@]} -eq 0 ]; then echo "No benchmarks in bench/ yet."; exit 0; fi; \
-	for bench in "$${benches[@]}"; do echo "== $$bench"; $(PY) "$$bench"; done
+# Each benchmark starts its own stack (the app, the scripted model, a SQLite file; Redis at
+# REDIS_URL, or a private redis-server), prints its figures and stops all it started.
+bench: $(VENV)/.installed-app
+	scripts/ensure-redis.sh --binary
+	$(PY) bench/stream_overhead.py
+	$(PY) bench/askuser_latency.py

@@ -1,0 +1,335 @@
+"""A private PromptManager stack for one benchmark, on loopback only, torn down at the end.
+
+``Stack.create()`` starts (or reuses) Redis, starts the scripted model as a subprocess,
+configures Django in this process against a fresh SQLite file in a temporary directory,
+migrates it, and creates a user and a project; ``stack.start_app()`` then serves the app
+with uvicorn as a subprocess. Leaving the ``with`` block stops every process it started,
+deletes the Redis keys under its private prefix and removes the temporary directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncGenerator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import httpx
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+USERNAME = "bench"
+PASSWORD = "bench-password-not-secret"
+
+
+def now_ns() -> int:
+    """CLOCK_MONOTONIC is system-wide on Linux, so the tee processes' stamps compare with ours."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def machine() -> str:
+    """CPUs and load: other work on the machine shows up in the tails of every figure."""
+    one, five, _fifteen = os.getloadavg()
+    return f"{os.cpu_count()} CPUs, load average {one:.2f} (1 min) / {five:.2f} (5 min)"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _is_loopback(url: str) -> bool:
+    host = urlparse(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _redis_answers(url: str) -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5).ping())
+    except (redis.RedisError, OSError, ValueError):
+        return False
+
+
+@dataclass
+class Children:
+    """Processes this benchmark started, each in its own process group."""
+
+    logs: Path
+    procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+
+    def start(
+        self, name: str, argv: list[str], *, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        with open(self.logs / f"{name}.log", "wb") as log:
+            proc = subprocess.Popen(
+                argv, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.procs.append((name, proc))
+        return proc
+
+    def log_tail(self, name: str, chars: int = 3000) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def stop_all(self, grace: float = 30.0) -> None:
+        """Newest first: uvicorn's own shutdown reaps the CLI runs it still supervises."""
+        for _name, proc in reversed(self.procs):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+        self.procs.clear()
+
+
+@dataclass
+class Stack:
+    tmp: Path
+    children: Children
+    redis_url: str
+    key_prefix: str
+    model_url: str
+    app_port: int
+    env: dict[str, str]
+    project_id: int
+    app_url: str = ""
+
+    @classmethod
+    @contextlib.contextmanager
+    def create(cls, *, name: str, ask_user: bool) -> Iterator[Stack]:
+        # A plain `kill` must still stop what we started: SIGTERM unwinds like Ctrl-C.
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+        tmp = Path(tempfile.mkdtemp(prefix=f"pm-bench-{name}-"))
+        children = Children(logs=tmp)
+        key_prefix = f"pmbench-{name}-{os.getpid()}-{secrets.token_hex(3)}"
+        redis_url = ""
+        try:
+            redis_url = _ensure_redis(children, tmp)
+            model_url = _start_model(children)
+            app_port = free_port()
+            env = {
+                "DJANGO_SETTINGS_MODULE": "promptmgr.settings",
+                "DEBUG": "false",
+                "SECRET_KEY": secrets.token_urlsafe(40),
+                "ALLOWED_HOSTS": "127.0.0.1",
+                "LOG_LEVEL": "WARNING",
+                "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+                "REDIS_URL": redis_url,
+                "REDIS_KEY_PREFIX": key_prefix,
+                "VAR_DIR": str(tmp / "var"),
+                "STORAGE_ROOT": str(tmp / "storage"),
+                "RUN_SECRETS_DIR": str(tmp / "secrets"),
+                "INTERNAL_BASE_URL": f"http://127.0.0.1:{app_port}",
+                "ANTHROPIC_BASE_URL": model_url,
+                "ANTHROPIC_API_KEY": "sk-bench",
+            }
+            project_id = _configure_django(env, ask_user=ask_user)
+            yield cls(tmp, children, redis_url, key_prefix, model_url, app_port, env, project_id)
+        except BaseException:
+            for name in ("uvicorn", "model"):
+                if tail := children.log_tail(name).strip():
+                    print(f"--- last lines of the {name} log:\n{tail}", file=sys.stderr)
+            raise
+        finally:
+            children.stop_all()
+            if redis_url:
+                _delete_keys(redis_url, key_prefix)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def start_app(self, extra_env: dict[str, str] | None = None) -> None:
+        """uvicorn serving ``promptmgr.asgi:application``, as ``make run`` does."""
+        env = {**os.environ, **self.env, **(extra_env or {})}
+        argv = [PYTHON, "-m", "uvicorn", "promptmgr.asgi:application", "--host", "127.0.0.1"]
+        argv += ["--port", str(self.app_port), "--log-level", "warning"]
+        proc = self.children.start("uvicorn", argv, env=env)
+        self.app_url = f"http://127.0.0.1:{self.app_port}"
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                raise RuntimeError("uvicorn exited:\n" + self.children.log_tail("uvicorn"))
+            try:
+                return (
+                    httpx.get(f"{self.app_url}/accounts/login/", timeout=1, trust_env=False).status_code
+                    == 200
+                )
+            except httpx.HTTPError:
+                return False
+
+        wait_until(ready, timeout=60, what="the app under uvicorn")
+
+    def project(self) -> Any:
+        from promptmgr.models import Project
+
+        return Project.objects.get(pk=self.project_id)
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _ensure_redis(children: Children, tmp: Path) -> str:
+    """``REDIS_URL`` when it is on loopback and answers, else a private redis-server."""
+    configured = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    if _is_loopback(configured) and _redis_answers(configured):
+        return configured
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("No Redis answers at REDIS_URL and redis-server is not installed.")
+    port = free_port()
+    (tmp / "redis").mkdir()
+    argv = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    argv += ["--dir", str(tmp / "redis")]
+    children.start("redis", argv)
+    url = f"redis://127.0.0.1:{port}/0"
+    wait_until(lambda: _redis_answers(url), timeout=15, what="a private redis-server")
+    return url
+
+
+def _start_model(children: Children) -> str:
+    port = free_port()
+    children.start("model", [PYTHON, "-m", "promptmgr.scripted_model", "--port", str(port)])
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/_scripted/health", timeout=1, trust_env=False).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, timeout=30, what="the scripted model")
+    return url
+
+
+def _configure_django(env: dict[str, str], *, ask_user: bool) -> int:
+    """Set Django up in this process (same settings as the app), migrate, add a user and a project."""
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+
+    from promptmgr.services.projects import project_create
+
+    call_command("migrate", verbosity=0, interactive=False)
+    user = User.objects.create_user(USERNAME, "bench@example.com", PASSWORD)
+    project = project_create(owner=user, name="Benchmark", ask_user_enabled=ask_user)
+    return int(project.pk)
+
+
+def _delete_keys(url: str, prefix: str) -> None:
+    import redis
+
+    with contextlib.suppress(redis.RedisError):
+        client = redis.Redis.from_url(url)
+        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+        for start in range(0, len(keys), 500):
+            client.delete(*keys[start : start + 500])
+
+
+# --- Talking to the app ------------------------------------------------------------------
+
+
+async def login(app_url: str) -> httpx.AsyncClient:
+    """An httpx client with a real session cookie and the CSRF header, as a browser has."""
+    client = httpx.AsyncClient(base_url=app_url, trust_env=False, timeout=30)
+    await client.get("/accounts/login/")
+    response = await client.post(
+        "/accounts/login/",
+        data={
+            "username": USERNAME,
+            "password": PASSWORD,
+            "csrfmiddlewaretoken": client.cookies.get("csrftoken"),
+        },
+        headers={"Referer": f"{app_url}/accounts/login/"},
+    )
+    if response.status_code != 302:
+        await client.aclose()
+        raise RuntimeError(f"login failed: HTTP {response.status_code}")
+    client.headers["X-CSRFToken"] = client.cookies.get("csrftoken") or ""
+    client.headers["Referer"] = f"{app_url}/"
+    return client
+
+
+async def start_run(client: httpx.AsyncClient, project_id: int, prompt: str) -> str:
+    """``POST /api/projects/{id}/runs``; returns the run's events URL."""
+    response = await client.post(f"/api/projects/{project_id}/runs", json={"prompt": prompt})
+    if response.status_code != 201:
+        raise RuntimeError(f"starting a run failed: HTTP {response.status_code} {response.text[:300]}")
+    return str(response.json()["events_url"])
+
+
+async def run_error(client: httpx.AsyncClient, events_url: str) -> str:
+    """Why a run did not complete, for the benchmark's error message."""
+    response = await client.get(events_url.removesuffix("/events"))
+    body = response.json() if response.status_code == 200 else {}
+    return f"status {body.get('status')!r}: {str(body.get('error') or response.text)[:1500]}"
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    id: int
+    event: str
+    data: Any
+    ts_ns: int  # when the bytes that completed this event arrived
+    size: int  # bytes of the event on the wire
+
+
+async def sse_events(
+    client: httpx.AsyncClient, url: str, *, timeout: float = 120
+) -> AsyncGenerator[SSEEvent, None]:
+    """Parse the stream as it arrives, stamping each event with its arrival time."""
+    async with client.stream("GET", url, timeout=httpx.Timeout(timeout, read=timeout)) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"SSE: HTTP {response.status_code}")
+        pending = b""
+        async for chunk in response.aiter_raw():
+            ts = now_ns()
+            *blocks, pending = (pending + chunk).split(b"\n\n")
+            for block in blocks:
+                fields: dict[str, str] = {}
+                for line in block.decode().split("\n"):
+                    if line and not line.startswith(":"):
+                        key, _, value = line.partition(":")
+                        fields[key] = value.removeprefix(" ")
+                if "event" in fields:
+                    data = json.loads(fields.get("data", "null"))
+                    yield SSEEvent(int(fields["id"]), fields["event"], data, ts, len(block) + 2)
+
+
+def script_prompt(steps: list[dict[str, Any]]) -> str:
+    """A prompt that makes the scripted model play these steps."""
+    return "SCRIPT: " + json.dumps(steps)

@@ -1,0 +1,430 @@
+"""Streaming overhead: what the app adds between the Claude CLI's stdout and an SSE client.
+
+Run: ``.venv/bin/python bench/stream_overhead.py`` (about a minute on 2 cores).
+
+Everything real except the model: the bundled Claude Code CLI streams a scripted reply
+from the scripted Messages-API server; the app runs under uvicorn with Redis and SQLite;
+the SSE client is this process, on loopback. The project has ask-user switched off, so the
+CLI gets no MCP server and the direct baseline can use exactly the runner's argv, env and
+working directory (``build_command`` / ``child_env`` / ``workspace_path``).
+
+Method
+1. Throughput, interleaved, ``--reps`` times (median reported): the same unpaced reply of
+   ``--deltas`` text deltas (the CLI at full speed)
+   * direct: spawn the CLI as the runner would, read its stdout in 256 KiB chunks and do
+     nothing else; wall = spawn until exit;
+   * through the app: ``POST /api/projects/{id}/runs`` and read
+     ``/api/runs/{id}/events`` until ``done``; wall = POST sent until ``done`` arrived.
+   Overhead = app / direct - 1, per pair, median over pairs; once for the wall times
+   (everything: run bookkeeping, persisting events, ``done``) and once for the delta
+   window (first to last text delta at the consumer: the streaming throughput).
+2. Latency per line: a text delta's line carries no time stamp, so ``CLAUDE_CLI_PATH``
+   points at a ``/bin/sh`` shim. In the throughput runs it just ``exec``s the real CLI
+   (both paths pay the same ~1 ms). In the latency runs it runs the CLI under
+   ``cli_tee.py``, which stamps every stdout line the moment it leaves the CLI (CLOCK_MONOTONIC,
+   shared by all processes on the machine) and forwards it unchanged. Each delta carries a
+   unique ``<NNNNN>`` token, so latency = SSE arrival here - the tee's stamp for that token.
+   Measured paced (``--pace-ms`` between deltas, like a model streaming) and at full speed
+   (a burst: queueing behind earlier lines counts too). The same measurement for the direct
+   reader is the floor: what a bare pipe reader on this machine sees.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shlex
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import httpx  # noqa: E402
+
+from bench import harness  # noqa: E402
+from bench.report import LATENCY_HEADERS, fmt, latency_row, median, pct, percentile, table, verdict  # noqa: E402
+
+TEE = Path(__file__).resolve().parent / "cli_tee.py"
+TARGET_OVERHEAD = 0.05
+TARGET_P99_MS = 10.0
+PASS_TIMEOUT = 90  # seconds; keeps the whole benchmark bounded if something hangs
+TOKEN_CHARS = 7  # "<NNNNN>": one token per text delta
+
+
+@dataclass
+class Direct:
+    """How the runner would start the CLI: argv, env and working directory."""
+
+    command: list[str]
+    env: dict[str, str]
+    cwd: Path
+
+
+@dataclass
+class Pass:
+    """One reply read by one consumer."""
+
+    start_ns: int
+    end_ns: int = 0
+    nbytes: int = 0
+    deltas: list[tuple[int, bytes]] = field(default_factory=list)  # (arrival ns, token or b"")
+
+    @property
+    def wall_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def window_s(self) -> float:
+        return (self.deltas[-1][0] - self.deltas[0][0]) / 1e9 if len(self.deltas) > 1 else float("nan")
+
+    @property
+    def tail_s(self) -> float:
+        return (self.end_ns - self.deltas[-1][0]) / 1e9 if self.deltas else float("nan")
+
+
+def tokens_script(count: int, pace_ms: float = 0) -> str:
+    text = "".join(f"<{i:05d}>" for i in range(count))
+    return harness.script_prompt([{"text": text, "chunk_chars": TOKEN_CHARS, "pace_ms": pace_ms}])
+
+
+def repeat_script(count: int) -> str:
+    return harness.script_prompt(
+        [{"text": "abcdefg", "repeat": count, "chunk_chars": TOKEN_CHARS, "pace_ms": 0}]
+    )
+
+
+def write_shim(tmp: Path, real_cli: str) -> tuple[Path, Path]:
+    """The CLI seen by the app and the direct baseline; ``flag`` switches the tee on per run."""
+    flag = tmp / "tee-target"
+    flag.write_text("")
+    shim = tmp / "bin" / "claude"
+    shim.parent.mkdir()
+    q = shlex.quote
+    shim.write_text(
+        "#!/bin/sh\n"
+        f"if [ -s {q(str(flag))} ]; then\n"
+        f'  exec {q(harness.PYTHON)} {q(str(TEE))} "$(cat {q(str(flag))})" {q(real_cli)} "$@"\n'
+        "fi\n"
+        f'exec {q(real_cli)} "$@"\n'
+    )
+    shim.chmod(0o755)
+    return shim, flag
+
+
+def read_stamps(path: Path) -> dict[bytes, int]:
+    stamps: dict[bytes, int] = {}
+    for line in path.read_bytes().splitlines():
+        if line.strip():
+            token, ns = line.split()
+            stamps[token] = int(ns)
+    return stamps
+
+
+def latencies_ms(run: Pass, stamps: dict[bytes, int]) -> list[float]:
+    return [(ts - stamps[token]) / 1e6 for ts, token in run.deltas if token in stamps]
+
+
+async def direct_pass(direct: Direct, prompt: str) -> Pass:
+    async with asyncio.timeout(PASS_TIMEOUT):
+        return await _direct_pass(direct, prompt)
+
+
+async def app_pass(client: httpx.AsyncClient, project_id: int, prompt: str) -> Pass:
+    async with asyncio.timeout(PASS_TIMEOUT):
+        return await _app_pass(client, project_id, prompt)
+
+
+async def _direct_pass(direct: Direct, prompt: str) -> Pass:
+    run = Pass(start_ns=harness.now_ns())
+    proc = await asyncio.create_subprocess_exec(
+        *direct.command,
+        cwd=direct.cwd,
+        env=direct.env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    received: list[tuple[int, bytes]] = []
+    try:
+        stderr = asyncio.create_task(proc.stderr.read())
+        proc.stdin.write(prompt.encode())
+        await proc.stdin.drain()
+        proc.stdin.close()
+        while chunk := await proc.stdout.read(256 * 1024):
+            received.append((harness.now_ns(), chunk))
+        code = await proc.wait()
+        run.end_ns = harness.now_ns()
+        errors = (await stderr).decode(errors="replace")
+    finally:
+        # The CLI runs in its own session: on any failure stop its whole group, and reap it.
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+    if code != 0:
+        raise RuntimeError(f"the CLI exited with {code}: {errors[-2000:]}")
+    # Parsing happens after the clock stopped: the baseline reader does nothing but read.
+    partial = b""
+    for ts, chunk in received:
+        run.nbytes += len(chunk)
+        *lines, partial = (partial + chunk).split(b"\n")
+        for line in lines:
+            if b'"text_delta"' in line:
+                start = line.find(b'"text":"') + 8
+                text = line[start : line.find(b'"', start)]
+                run.deltas.append((ts, text[1:-1] if text.startswith(b"<") else b""))
+    return run
+
+
+async def _app_pass(client: httpx.AsyncClient, project_id: int, prompt: str) -> Pass:
+    run = Pass(start_ns=harness.now_ns())
+    url = await harness.start_run(client, project_id, prompt)
+    status = "?"
+    async with contextlib.aclosing(harness.sse_events(client, url)) as events:
+        async for event in events:
+            run.nbytes += event.size
+            if event.event == "text_delta":
+                text = str(event.data["text"])
+                token = text[1:-1].encode() if text.startswith("<") else b""
+                run.deltas.append((event.ts_ns, token))
+            elif event.event == "done":
+                run.end_ns = event.ts_ns
+                status = str(event.data.get("status"))
+                break
+    if status != "completed":
+        raise RuntimeError(f"the run did not complete: {await harness.run_error(client, url)}")
+    return run
+
+
+def check(run: Pass, expected: int, what: str) -> None:
+    if len(run.deltas) != expected:
+        raise RuntimeError(f"{what}: {len(run.deltas)} text deltas, expected {expected}")
+
+
+@dataclass
+class Results:
+    direct: list[Pass] = field(default_factory=list)
+    app: list[Pass] = field(default_factory=list)
+    latency: dict[str, list[float]] = field(default_factory=dict)
+
+
+async def measure(stack: harness.Stack, direct: Direct, flag: Path, args: argparse.Namespace) -> Results:
+    results = Results()
+    client = await harness.login(stack.app_url)
+    try:
+        # Warm-up: first CLI start, first run through the app (imports, connections, caches).
+        warm = repeat_script(200)
+        await direct_pass(direct, warm)
+        await app_pass(client, stack.project_id, warm)
+
+        throughput = repeat_script(args.deltas)
+        for rep in range(args.reps):
+            print(f"  throughput rep {rep + 1}/{args.reps} …", flush=True)
+            # Alternate the order so a drift (caches, CPU clock) hits both paths alike.
+            order = ("direct", "app") if rep % 2 == 0 else ("app", "direct")
+            for path in order:
+                if path == "direct":
+                    run = await direct_pass(direct, throughput)
+                    results.direct.append(run)
+                else:
+                    run = await app_pass(client, stack.project_id, throughput)
+                    results.app.append(run)
+                check(run, args.deltas, f"{path} throughput run")
+
+        scenarios = [
+            (f"paced ({args.pace_ms:g} ms)", args.paced_deltas, args.pace_ms, args.paced_runs),
+            ("burst (CLI at full speed)", args.burst_deltas, 0.0, 1),
+        ]
+        for label, count, pace, runs in scenarios:
+            prompt = tokens_script(count, pace)
+            for path in ("app", "direct"):
+                samples: list[float] = []
+                for index in range(runs if path == "app" else 1):
+                    print(f"  latency: {label}, {path}, run {index + 1} …", flush=True)
+                    out = stack.tmp / f"stamps-{path}-{pace:g}-{index}.txt"
+                    flag.write_text(str(out))
+                    try:
+                        if path == "app":
+                            run = await app_pass(client, stack.project_id, prompt)
+                        else:
+                            run = await direct_pass(direct, prompt)
+                    finally:
+                        flag.write_text("")
+                    check(run, count, f"{path} latency run")
+                    samples += latencies_ms(run, read_stamps(out))
+                results.latency[f"{path}: {label}"] = samples
+    finally:
+        await client.aclose()
+    return results
+
+
+def report(results: Results, args: argparse.Namespace) -> None:
+    direct, app = results.direct, results.app
+    wall_over = [a.wall_s / d.wall_s - 1 for d, a in zip(direct, app, strict=True)]
+    window_over = [a.window_s / d.window_s - 1 for d, a in zip(direct, app, strict=True)]
+
+    def rate(runs: list[Pass]) -> float:
+        return median([len(r.deltas) / r.window_s for r in runs])
+
+    def mbps(runs: list[Pass]) -> float:
+        return median([r.nbytes / r.window_s / 1e6 for r in runs])
+
+    print()
+    print(
+        table(
+            [
+                "rep",
+                "direct wall s",
+                "app wall s",
+                "wall overhead",
+                "direct window s",
+                "app window s",
+                "window overhead",
+            ],
+            [
+                [
+                    str(i + 1),
+                    fmt(d.wall_s, 3),
+                    fmt(a.wall_s, 3),
+                    pct(w),
+                    fmt(d.window_s, 3),
+                    fmt(a.window_s, 3),
+                    pct(v),
+                ]
+                for i, (d, a, w, v) in enumerate(zip(direct, app, wall_over, window_over, strict=True))
+            ],
+            title=f"Throughput runs: {args.deltas:,} text deltas, CLI unpaced, interleaved",
+        )
+    )
+    print()
+    print(
+        table(
+            ["consumer (medians)", "wall s", "delta window s", "deltas/s", "MB/s read", "tail s"],
+            [
+                [
+                    "direct: read CLI stdout",
+                    fmt(median([r.wall_s for r in direct]), 3),
+                    fmt(median([r.window_s for r in direct]), 3),
+                    fmt(rate(direct), 0),
+                    fmt(mbps(direct)),
+                    fmt(median([r.tail_s for r in direct]), 3),
+                ],
+                [
+                    "app: POST run, SSE to done",
+                    fmt(median([r.wall_s for r in app]), 3),
+                    fmt(median([r.window_s for r in app]), 3),
+                    fmt(rate(app), 0),
+                    fmt(mbps(app)),
+                    fmt(median([r.tail_s for r in app]), 3),
+                ],
+                ["overhead (median of pairs)", pct(median(wall_over)), pct(median(window_over)), "", "", ""],
+            ],
+            title="Throughput: the same CLI output, read directly vs through the app",
+        )
+    )
+    print(
+        "  wall: direct = spawn to exit; app = POST sent to `done` received (run bookkeeping,\n"
+        "        events persisted to the database, `done`).\n"
+        "  delta window: first to last text delta at the consumer; deltas/s = deltas / window.\n"
+        "  MB/s read: bytes the consumer read per window second (stdout JSON lines vs SSE frames).\n"
+        "  tail: last text delta to the end of the wall time (CLI exit vs `done`)."
+    )
+    print()
+    rows = [latency_row(label, samples) for label, samples in results.latency.items()]
+    print(
+        table(
+            LATENCY_HEADERS, rows, title="Latency per line: left the CLI's stdout -> arrived at the consumer"
+        )
+    )
+    print(
+        "  app: stamped by cli_tee.py as the line leaves the CLI, then runner -> Redis stream ->\n"
+        "       SSE view -> this process's SSE client (httpx). direct: the same stamp -> a bare\n"
+        "       pipe reader (the floor on this machine). Burst = the CLI's full speed, so a line\n"
+        "       also waits for the lines before it."
+    )
+
+    paced_key = next(k for k in results.latency if k.startswith("app: paced"))
+    burst_key = next(k for k in results.latency if k.startswith("app: burst"))
+    paced_p99 = percentile(results.latency[paced_key], 99)
+    burst_p99 = percentile(results.latency[burst_key], 99)
+    print()
+    print(
+        table(
+            ["target", "measured", "result"],
+            [
+                [
+                    "end-to-end overhead (wall) < 5%",
+                    pct(median(wall_over)),
+                    verdict(median(wall_over), TARGET_OVERHEAD),
+                ],
+                [
+                    "streaming throughput overhead (delta window) < 5%",
+                    pct(median(window_over)),
+                    verdict(median(window_over), TARGET_OVERHEAD),
+                ],
+                [
+                    f"p99 latency, {paced_key[5:]} < 10 ms",
+                    f"{fmt(paced_p99)} ms",
+                    verdict(paced_p99, TARGET_P99_MS),
+                ],
+                [
+                    f"p99 latency, {burst_key[5:]} < 10 ms",
+                    f"{fmt(burst_p99)} ms",
+                    verdict(burst_p99, TARGET_P99_MS),
+                ],
+            ],
+            title="Summary (a benchmark reports; it does not assert)",
+        )
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--reps", type=int, default=5, help="interleaved throughput pairs (default 5)")
+    parser.add_argument("--deltas", type=int, default=10_000, help="text deltas per throughput run")
+    parser.add_argument("--paced-deltas", type=int, default=300, help="text deltas per paced latency run")
+    parser.add_argument("--pace-ms", type=float, default=10.0, help="model pause before each delta")
+    parser.add_argument("--paced-runs", type=int, default=2, help="paced runs through the app")
+    parser.add_argument(
+        "--burst-deltas", type=int, default=5_000, help="text deltas in the burst latency run"
+    )
+    args = parser.parse_args()
+
+    started = time.monotonic()
+    print(f"Streaming overhead benchmark on {harness.machine()}; setting up a private stack …", flush=True)
+    with harness.Stack.create(name="stream", ask_user=False) as stack:
+        from promptmgr.cli import build_command, child_env, find_claude_cli
+        from promptmgr.workspaces import workspace_path
+
+        real_cli = find_claude_cli()
+        shim, flag = write_shim(stack.tmp, real_cli)
+        project = stack.project()
+        direct = Direct(
+            command=build_command(cli=str(shim), project=project),
+            env=child_env(ask_user_config=None, ask_user_timeout=None),
+            cwd=workspace_path(project),
+        )
+        stack.start_app({"CLAUDE_CLI_PATH": str(shim)})
+        print(f"  CLI: {real_cli}")
+        print(f"  argv: {' '.join(direct.command[1:])}")
+        print(
+            f"  app {stack.app_url}, model {stack.model_url}, redis {stack.redis_url} (prefix {stack.key_prefix})"
+        )
+        results = asyncio.run(measure(stack, direct, flag, args))
+    report(results, args)
+    print(f"\nFinished in {time.monotonic() - started:.0f} s on {harness.machine()}.")
+    print("Every process the benchmark started has been stopped.")
+
+
+if __name__ == "__main__":
+    main()
