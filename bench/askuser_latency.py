@@ -18,21 +18,10 @@ it and its result as the server returns it (CLOCK_MONOTONIC, shared by all proce
   (also shown: -> the ``tool_result`` event at the SSE client, which adds the CLI
   printing the result and the trip back through the app).
 
-The spec's design, modelled honestly in this process without touching product code,
-against the same Redis and the product's own store functions, ``--spec-trials`` trials
-each, 50 at a time (each trial only waits on its own timers and keys):
-
-* question path: a stand-in CLI (``/bin/sh``) prints one line and goes quiet, as the real
-  CLI does while a tool call is pending; the runner's loop reads its stdout through
-  ``ManagedProcess.next_line`` with the 2-second ``RUN_READ_TIMEOUT`` and on each timeout
-  calls ``question_push_if_unshown`` (the design card's safety net), with no instant push.
-  The question is written to the question cache at a random offset (0-4 s) after the line;
-  the figure is cache write -> the event read from the run's Redis stream (what the SSE
-  view reads). With the real CLI the question lands a few ms after its last line, so the
-  spec's real figure sits near the top of this range (~2 s).
-* answer path: the MCP server's loop "GET poll-answer, sleep 2 s" modelled as a
-  non-blocking ``answer_pop`` every 2 s; the answer is pushed at a random offset (0-4 s).
-  Leaving out the HTTP round trip of each GET flatters the spec by a few milliseconds.
+The spec's design next to it, in the same run: ``polling_model`` replays its 2-second
+loops in this process against the same Redis and the product's own store functions
+(``--spec-trials`` trials per path, arrival offsets at random); see that module for how
+faithful the model is and where it flatters the spec.
 """
 
 from __future__ import annotations
@@ -41,22 +30,17 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import random
 import sys
 import time
-import uuid
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
-from bench import harness  # noqa: E402
+from bench import app_client, harness, polling_model  # noqa: E402
 from bench.report import LATENCY_HEADERS, fmt, latency_row, percentile, table, verdict  # noqa: E402
 
 MCP_TEE = Path(__file__).resolve().parent / "mcp_tee.py"
@@ -68,9 +52,6 @@ OPTIONS = [
 TARGET_OURS_MS = 100.0
 TARGET_SPEC_QUESTION_MS = 3000.0
 TARGET_SPEC_ANSWER_MS = 2000.0
-SPEC_OFFSET_S = 4.0
-SPEC_CONCURRENCY = 50
-SPEC_RUN_ID_BASE = 900_000_000  # fake run ids: the model needs Redis keys only, no database rows
 
 
 def question_text(index: int) -> str:
@@ -114,7 +95,7 @@ async def run_ours(stack: harness.Stack, stamps: Path, questions: int, think_ms:
     steps.append({"text": "All answered."})
     ours = Ours()
     tool_ids: dict[str, str] = {}
-    client = await harness.login(stack.app_url)
+    client = await app_client.login(stack.app_url)
 
     async def answer(question_id: str, question: str) -> None:
         await asyncio.sleep(think_ms / 1000)
@@ -127,13 +108,13 @@ async def run_ours(stack: harness.Stack, stamps: Path, questions: int, think_ms:
             raise RuntimeError(f"submit-answer: HTTP {response.status_code} {response.text[:300]}")
 
     try:
-        url = await harness.start_run(client, stack.project_id, harness.script_prompt(steps))
+        url = await app_client.start_run(client, stack.project_id, app_client.script_prompt(steps))
         status = "?"
         # A failed answer cancels the reading (TaskGroup); nothing may wait for the 300 s expiry.
         async with (
             asyncio.timeout(60 + 5 * questions),
             asyncio.TaskGroup() as group,
-            contextlib.aclosing(harness.sse_events(client, url, timeout=60)) as events,
+            contextlib.aclosing(app_client.sse_events(client, url, timeout=60)) as events,
         ):
             async for event in events:
                 data = event.data
@@ -155,7 +136,7 @@ async def run_ours(stack: harness.Stack, stamps: Path, questions: int, think_ms:
                     status = str(data.get("status"))
                     break
         if status != "completed" or len(ours.tool_result) != questions:
-            reason = await harness.run_error(client, url)
+            reason = await app_client.run_error(client, url)
             raise RuntimeError(f"the run ended after {len(ours.tool_result)}/{questions} answers: {reason}")
     finally:
         await client.aclose()
@@ -176,133 +157,11 @@ def read_mcp_stamps(path: Path, ours: Ours) -> None:
             ours.mcp_result[by_id[record["id"]]] = int(record["ns"])
 
 
-# --- The spec's 2-second polling, modelled -------------------------------------------------
-
-
-async def spec_question_trial(index: int, offset: float, cwd: Path, watcher: StreamWatcher) -> float:
-    from django.conf import settings
-    from django.utils import timezone
-
-    from askuser.services import question_push_if_unshown
-    from promptmgr import live
-    from promptmgr.processes import TIMEOUT, ManagedProcess
-
-    run_id = SPEC_RUN_ID_BASE + index
-    argv = ["/bin/sh", "-c", 'echo \'{"type":"assistant"}\'; exec sleep 60']
-    process = await ManagedProcess.spawn(argv, cwd=cwd, env={"PATH": os.environ["PATH"]}, stdin_data=b"")
-    try:
-        await process.next_line(10)  # the tool_use line; then the CLI is quiet until the answer
-
-        async def relay() -> int:
-            """relay-question's write to the question cache, without its instant push."""
-            await asyncio.sleep(offset)
-            payload = {
-                "question_id": str(uuid.uuid4()),
-                "source": "mcp",
-                "expires_at": (timezone.now() + timedelta(seconds=300)).isoformat(),
-                "timeout": 300,
-                "questions": [{"question": question_text(index), "header": "", "options": OPTIONS}],
-            }
-            written = harness.now_ns()
-            await live.question_cache_put(run_id, payload, ttl=360)
-            return written
-
-        writer = asyncio.create_task(relay())
-        # Meanwhile the runner's loop: 2-second read timeouts, the question check on each.
-        while True:
-            item = await process.next_line(settings.RUN_READ_TIMEOUT)
-            if item is None:
-                raise RuntimeError("the stand-in CLI exited early")
-            if writer.done():
-                writer.result()  # a failed write must fail the trial, not leave it waiting
-            if item is TIMEOUT and await question_push_if_unshown(run_id=run_id):
-                break
-        written = await writer
-        return (await watcher.arrival(run_id) - written) / 1e6
-    finally:
-        await process.stop()
-
-
-class StreamWatcher:
-    """The SSE view's read, for every trial's run stream at once: one XREAD, one connection.
-
-    (One blocking read per trial would hold a connection each and exhaust the client's pool.)
-    """
-
-    def __init__(self, run_ids: list[int]) -> None:
-        from promptmgr import live
-
-        self.keys = {live.events_key(run_id): run_id for run_id in run_ids}
-        self.arrived: dict[int, asyncio.Future[int]] = {}
-        for run_id in run_ids:
-            self.arrived[run_id] = asyncio.get_running_loop().create_future()
-
-    async def run(self) -> None:
-        from promptmgr import live
-
-        client = live.get_async_redis()
-        waiting: dict[str, str] = dict.fromkeys(self.keys, "0-0")
-        while waiting:
-            result = await client.xread(waiting, block=500)  # type: ignore[arg-type]
-            ts = harness.now_ns()
-            streams = cast(list[tuple[str, list[Any]]], result or [])
-            for key, _entries in streams:
-                waiting.pop(key, None)
-                self.arrived[self.keys[key]].set_result(ts)
-
-    async def arrival(self, run_id: int) -> int:
-        return await self.arrived[run_id]
-
-
-async def spec_answer_trial(offset: float) -> float:
-    from promptmgr import live
-
-    question_id = str(uuid.uuid4())
-
-    async def user() -> int:
-        await asyncio.sleep(offset)
-        answered = harness.now_ns()
-        await live.answer_push(question_id, {"answer": "Alpha"}, ttl=60)
-        return answered
-
-    writer = asyncio.create_task(user())
-    while await live.answer_pop(question_id, wait_seconds=0) is None:  # one plain GET
-        await asyncio.sleep(2.0)
-    found = harness.now_ns()
-    return (found - await writer) / 1e6
-
-
-async def limited(gate: asyncio.Semaphore, trial: Coroutine[Any, Any, float]) -> float:
-    async with gate:
-        return await trial
-
-
-async def run_spec(trials: int, cwd: Path, seed: int) -> tuple[list[float], list[float]]:
-    rng = random.Random(seed)
-    q_offsets = [rng.uniform(0, SPEC_OFFSET_S) for _ in range(trials)]
-    a_offsets = [rng.uniform(0, SPEC_OFFSET_S) for _ in range(trials)]
-    # The redis client's pool holds 100 connections; more commands in flight at once fail.
-    gate = asyncio.Semaphore(SPEC_CONCURRENCY)
-    bound = 30 + 8 * (trials // SPEC_CONCURRENCY + 1)
-    print(f"  spec model: {trials} question-path trials …", flush=True)
-    watcher = StreamWatcher([SPEC_RUN_ID_BASE + i for i in range(trials)])
-    async with asyncio.timeout(bound), asyncio.TaskGroup() as group:
-        group.create_task(watcher.run())
-        questions = [
-            group.create_task(limited(gate, spec_question_trial(i, offset, cwd, watcher)))
-            for i, offset in enumerate(q_offsets)
-        ]
-    print(f"  spec model: {trials} answer-path trials …", flush=True)
-    async with asyncio.timeout(bound), asyncio.TaskGroup() as group:
-        answers = [group.create_task(limited(gate, spec_answer_trial(offset))) for offset in a_offsets]
-    return [t.result() for t in questions], [t.result() for t in answers]
-
-
 async def measure(
     stack: harness.Stack, stamps: Path, args: argparse.Namespace
 ) -> tuple[Ours, list[float], list[float]]:
     ours = await run_ours(stack, stamps, args.questions, args.think_ms)
-    spec_q, spec_a = await run_spec(args.spec_trials, stack.tmp, args.seed)
+    spec_q, spec_a = await polling_model.run(args.spec_trials, stack.tmp, args.seed)
     return ours, spec_q, spec_a
 
 
@@ -341,8 +200,10 @@ def report(ours: Ours, spec_q: list[float], spec_a: list[float], args: argparse.
         f"  ours: {args.questions} sequential questions in one real run, answered after {args.think_ms:g} ms;\n"
         "        'MCP tool returns' is stamped as the MCP server's result leaves it for the CLI;\n"
         "        'tool_result at SSE' adds the CLI printing the result and the trip through the app.\n"
-        f"  spec: {args.spec_trials} trials per path, arrival offsets uniform over 0-{SPEC_OFFSET_S:g} s,\n"
-        "        same Redis and store functions, 50 trials at a time (see the module docstring)."
+        f"  spec: {args.spec_trials} trials per path, arrival offsets uniform over 0-{polling_model.OFFSET_S:g} s,\n"
+        f"        same Redis and store functions, {polling_model.CONCURRENCY} at a time (bench/polling_model.py).\n"
+        "        With the real CLI a question lands just after its last stdout line, so the spec's\n"
+        "        question path would sit near 2 s every time: the model flatters the spec."
     )
     if not q_mcp:
         print("  (no MCP stamps: the workspace's .mcp.json was regenerated; judging the SSE-side figures)")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import os
 import secrets
 import shutil
@@ -21,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,6 +164,7 @@ class Stack:
             raise
         finally:
             children.stop_all()
+            _kill_strays(tmp)
             if redis_url:
                 _delete_keys(redis_url, key_prefix)
             shutil.rmtree(tmp, ignore_errors=True)
@@ -173,7 +173,8 @@ class Stack:
         """uvicorn serving ``promptmgr.asgi:application``, as ``make run`` does."""
         env = {**os.environ, **self.env, **(extra_env or {})}
         argv = [PYTHON, "-m", "uvicorn", "promptmgr.asgi:application", "--host", "127.0.0.1"]
-        argv += ["--port", str(self.app_port), "--log-level", "warning"]
+        # A bounded graceful shutdown: held long-polls must not delay reaping the CLI runs.
+        argv += ["--port", str(self.app_port), "--log-level", "warning", "--timeout-graceful-shutdown", "5"]
         proc = self.children.start("uvicorn", argv, env=env)
         self.app_url = f"http://127.0.0.1:{self.app_port}"
 
@@ -194,6 +195,21 @@ class Stack:
         from promptmgr.models import Project
 
         return Project.objects.get(pk=self.project_id)
+
+
+def _kill_strays(tmp: Path) -> None:
+    """Safety net: anything still running inside our temporary directory (a CLI run or its
+    MCP server, if the app could not reap them) was started by this benchmark."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = (entry / "cwd").resolve()
+        except OSError:
+            continue
+        if cwd.is_relative_to(tmp.resolve()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:
@@ -258,78 +274,3 @@ def _delete_keys(url: str, prefix: str) -> None:
         keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
         for start in range(0, len(keys), 500):
             client.delete(*keys[start : start + 500])
-
-
-# --- Talking to the app ------------------------------------------------------------------
-
-
-async def login(app_url: str) -> httpx.AsyncClient:
-    """An httpx client with a real session cookie and the CSRF header, as a browser has."""
-    client = httpx.AsyncClient(base_url=app_url, trust_env=False, timeout=30)
-    await client.get("/accounts/login/")
-    response = await client.post(
-        "/accounts/login/",
-        data={
-            "username": USERNAME,
-            "password": PASSWORD,
-            "csrfmiddlewaretoken": client.cookies.get("csrftoken"),
-        },
-        headers={"Referer": f"{app_url}/accounts/login/"},
-    )
-    if response.status_code != 302:
-        await client.aclose()
-        raise RuntimeError(f"login failed: HTTP {response.status_code}")
-    client.headers["X-CSRFToken"] = client.cookies.get("csrftoken") or ""
-    client.headers["Referer"] = f"{app_url}/"
-    return client
-
-
-async def start_run(client: httpx.AsyncClient, project_id: int, prompt: str) -> str:
-    """``POST /api/projects/{id}/runs``; returns the run's events URL."""
-    response = await client.post(f"/api/projects/{project_id}/runs", json={"prompt": prompt})
-    if response.status_code != 201:
-        raise RuntimeError(f"starting a run failed: HTTP {response.status_code} {response.text[:300]}")
-    return str(response.json()["events_url"])
-
-
-async def run_error(client: httpx.AsyncClient, events_url: str) -> str:
-    """Why a run did not complete, for the benchmark's error message."""
-    response = await client.get(events_url.removesuffix("/events"))
-    body = response.json() if response.status_code == 200 else {}
-    return f"status {body.get('status')!r}: {str(body.get('error') or response.text)[:1500]}"
-
-
-@dataclass(frozen=True)
-class SSEEvent:
-    id: int
-    event: str
-    data: Any
-    ts_ns: int  # when the bytes that completed this event arrived
-    size: int  # bytes of the event on the wire
-
-
-async def sse_events(
-    client: httpx.AsyncClient, url: str, *, timeout: float = 120
-) -> AsyncGenerator[SSEEvent, None]:
-    """Parse the stream as it arrives, stamping each event with its arrival time."""
-    async with client.stream("GET", url, timeout=httpx.Timeout(timeout, read=timeout)) as response:
-        if response.status_code != 200:
-            raise RuntimeError(f"SSE: HTTP {response.status_code}")
-        pending = b""
-        async for chunk in response.aiter_raw():
-            ts = now_ns()
-            *blocks, pending = (pending + chunk).split(b"\n\n")
-            for block in blocks:
-                fields: dict[str, str] = {}
-                for line in block.decode().split("\n"):
-                    if line and not line.startswith(":"):
-                        key, _, value = line.partition(":")
-                        fields[key] = value.removeprefix(" ")
-                if "event" in fields:
-                    data = json.loads(fields.get("data", "null"))
-                    yield SSEEvent(int(fields["id"]), fields["event"], data, ts, len(block) + 2)
-
-
-def script_prompt(steps: list[dict[str, Any]]) -> str:
-    """A prompt that makes the scripted model play these steps."""
-    return "SCRIPT: " + json.dumps(steps)

@@ -33,10 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
-import shlex
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -45,168 +41,23 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
-
-from bench import harness  # noqa: E402
+from bench import app_client, harness  # noqa: E402
 from bench.report import LATENCY_HEADERS, fmt, latency_row, median, pct, percentile, table, verdict  # noqa: E402
+from bench.stream_passes import (  # noqa: E402
+    Direct,
+    Pass,
+    app_pass,
+    check,
+    direct_pass,
+    latencies_ms,
+    read_stamps,
+    repeat_script,
+    tokens_script,
+    write_shim,
+)
 
-TEE = Path(__file__).resolve().parent / "cli_tee.py"
 TARGET_OVERHEAD = 0.05
 TARGET_P99_MS = 10.0
-PASS_TIMEOUT = 90  # seconds; keeps the whole benchmark bounded if something hangs
-TOKEN_CHARS = 7  # "<NNNNN>": one token per text delta
-
-
-@dataclass
-class Direct:
-    """How the runner would start the CLI: argv, env and working directory."""
-
-    command: list[str]
-    env: dict[str, str]
-    cwd: Path
-
-
-@dataclass
-class Pass:
-    """One reply read by one consumer."""
-
-    start_ns: int
-    end_ns: int = 0
-    nbytes: int = 0
-    deltas: list[tuple[int, bytes]] = field(default_factory=list)  # (arrival ns, token or b"")
-
-    @property
-    def wall_s(self) -> float:
-        return (self.end_ns - self.start_ns) / 1e9
-
-    @property
-    def window_s(self) -> float:
-        return (self.deltas[-1][0] - self.deltas[0][0]) / 1e9 if len(self.deltas) > 1 else float("nan")
-
-    @property
-    def tail_s(self) -> float:
-        return (self.end_ns - self.deltas[-1][0]) / 1e9 if self.deltas else float("nan")
-
-
-def tokens_script(count: int, pace_ms: float = 0) -> str:
-    text = "".join(f"<{i:05d}>" for i in range(count))
-    return harness.script_prompt([{"text": text, "chunk_chars": TOKEN_CHARS, "pace_ms": pace_ms}])
-
-
-def repeat_script(count: int) -> str:
-    return harness.script_prompt(
-        [{"text": "abcdefg", "repeat": count, "chunk_chars": TOKEN_CHARS, "pace_ms": 0}]
-    )
-
-
-def write_shim(tmp: Path, real_cli: str) -> tuple[Path, Path]:
-    """The CLI seen by the app and the direct baseline; ``flag`` switches the tee on per run."""
-    flag = tmp / "tee-target"
-    flag.write_text("")
-    shim = tmp / "bin" / "claude"
-    shim.parent.mkdir()
-    q = shlex.quote
-    shim.write_text(
-        "#!/bin/sh\n"
-        f"if [ -s {q(str(flag))} ]; then\n"
-        f'  exec {q(harness.PYTHON)} {q(str(TEE))} "$(cat {q(str(flag))})" {q(real_cli)} "$@"\n'
-        "fi\n"
-        f'exec {q(real_cli)} "$@"\n'
-    )
-    shim.chmod(0o755)
-    return shim, flag
-
-
-def read_stamps(path: Path) -> dict[bytes, int]:
-    stamps: dict[bytes, int] = {}
-    for line in path.read_bytes().splitlines():
-        if line.strip():
-            token, ns = line.split()
-            stamps[token] = int(ns)
-    return stamps
-
-
-def latencies_ms(run: Pass, stamps: dict[bytes, int]) -> list[float]:
-    return [(ts - stamps[token]) / 1e6 for ts, token in run.deltas if token in stamps]
-
-
-async def direct_pass(direct: Direct, prompt: str) -> Pass:
-    async with asyncio.timeout(PASS_TIMEOUT):
-        return await _direct_pass(direct, prompt)
-
-
-async def app_pass(client: httpx.AsyncClient, project_id: int, prompt: str) -> Pass:
-    async with asyncio.timeout(PASS_TIMEOUT):
-        return await _app_pass(client, project_id, prompt)
-
-
-async def _direct_pass(direct: Direct, prompt: str) -> Pass:
-    run = Pass(start_ns=harness.now_ns())
-    proc = await asyncio.create_subprocess_exec(
-        *direct.command,
-        cwd=direct.cwd,
-        env=direct.env,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    received: list[tuple[int, bytes]] = []
-    try:
-        stderr = asyncio.create_task(proc.stderr.read())
-        proc.stdin.write(prompt.encode())
-        await proc.stdin.drain()
-        proc.stdin.close()
-        while chunk := await proc.stdout.read(256 * 1024):
-            received.append((harness.now_ns(), chunk))
-        code = await proc.wait()
-        run.end_ns = harness.now_ns()
-        errors = (await stderr).decode(errors="replace")
-    finally:
-        # The CLI runs in its own session: on any failure stop its whole group, and reap it.
-        if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
-    if code != 0:
-        raise RuntimeError(f"the CLI exited with {code}: {errors[-2000:]}")
-    # Parsing happens after the clock stopped: the baseline reader does nothing but read.
-    partial = b""
-    for ts, chunk in received:
-        run.nbytes += len(chunk)
-        *lines, partial = (partial + chunk).split(b"\n")
-        for line in lines:
-            if b'"text_delta"' in line:
-                start = line.find(b'"text":"') + 8
-                text = line[start : line.find(b'"', start)]
-                run.deltas.append((ts, text[1:-1] if text.startswith(b"<") else b""))
-    return run
-
-
-async def _app_pass(client: httpx.AsyncClient, project_id: int, prompt: str) -> Pass:
-    run = Pass(start_ns=harness.now_ns())
-    url = await harness.start_run(client, project_id, prompt)
-    status = "?"
-    async with contextlib.aclosing(harness.sse_events(client, url)) as events:
-        async for event in events:
-            run.nbytes += event.size
-            if event.event == "text_delta":
-                text = str(event.data["text"])
-                token = text[1:-1].encode() if text.startswith("<") else b""
-                run.deltas.append((event.ts_ns, token))
-            elif event.event == "done":
-                run.end_ns = event.ts_ns
-                status = str(event.data.get("status"))
-                break
-    if status != "completed":
-        raise RuntimeError(f"the run did not complete: {await harness.run_error(client, url)}")
-    return run
-
-
-def check(run: Pass, expected: int, what: str) -> None:
-    if len(run.deltas) != expected:
-        raise RuntimeError(f"{what}: {len(run.deltas)} text deltas, expected {expected}")
 
 
 @dataclass
@@ -218,7 +69,7 @@ class Results:
 
 async def measure(stack: harness.Stack, direct: Direct, flag: Path, args: argparse.Namespace) -> Results:
     results = Results()
-    client = await harness.login(stack.app_url)
+    client = await app_client.login(stack.app_url)
     try:
         # Warm-up: first CLI start, first run through the app (imports, connections, caches).
         warm = repeat_script(200)
