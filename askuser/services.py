@@ -220,13 +220,18 @@ def _prepare_answer(question_id: str, user: Any, body: dict[str, Any]) -> tuple[
     return question, form
 
 
+def _submit(question_id: str, user: Any, body: dict[str, Any]) -> tuple[Question, FormAnswer]:
+    _question, form = _prepare_answer(question_id, user, body)
+    return _record_answer(question_id, user, form), form
+
+
 async def answer_submit(*, question_id: str, user: Any, body: dict[str, Any]) -> dict[str, Any]:
     """Record the first valid answer and hand it to the waiting Claude turn."""
-    question, form = await sync_to_async(_prepare_answer)(question_id, user, body)
-    question = await sync_to_async(_record_answer)(question_id, user, form)
+    # One trip to the database thread: validation and the first-answer-wins update.
+    question, form = await sync_to_async(_submit)(question_id, user, body)
     remaining = max(1, int((question.expires_at - timezone.now()).total_seconds()))
+    # The hand-off first: the waiting long-poll returns the moment this lands.
     await live.answer_push(question_id, form.handoff(), ttl=remaining + live.QUESTION_TTL_GRACE)
-    await live.question_cache_clear(question.run_id, question_id)
     event = {
         "question_id": question_id,
         "answers": form.display,
@@ -234,8 +239,10 @@ async def answer_submit(*, question_id: str, user: Any, body: dict[str, Any]) ->
         "answered_by": getattr(user, "username", ""),
         "answered_at": (question.answered_at or timezone.now()).isoformat(),
     }
-    await live.append_event(question.run_id, "ask_user_answered", event)
-    await live.append_event(question.run_id, "run_status", {"status": RunStatus.RUNNING})
+    await live.append_events(
+        question.run_id, [("ask_user_answered", event), ("run_status", {"status": RunStatus.RUNNING})]
+    )
+    await live.question_cache_clear(question.run_id, question_id)
     return event
 
 

@@ -105,7 +105,12 @@ def get_async_redis() -> aredis.Redis:
     if cached is not None and cached[0] is loop:
         return cached[1]
     client = aredis.Redis.from_url(
-        settings.REDIS_URL, decode_responses=True, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5
+        settings.REDIS_URL,
+        decode_responses=True,
+        socket_timeout=SOCKET_TIMEOUT,
+        socket_connect_timeout=5,
+        # Every open SSE stream and long-poll holds a connection while it blocks.
+        max_connections=settings.REDIS_MAX_CONNECTIONS,
     )
     _async_clients[id(loop)] = (loop, client)
     return client
@@ -118,16 +123,17 @@ def reset_clients() -> None:
     _async_clients.clear()
 
 
-# Appends one event with the next integer id of the run, atomically, so ids are 1, 2, 3…
-# whichever worker writes (the runner, relay-question, submit-answer).
+# Appends events with the next integer ids of the run, atomically, so ids are 1, 2, 3…
+# whichever worker writes (the runner, relay-question, submit-answer). ARGV holds
+# event/data pairs; one call appends a whole batch in one round trip.
 _APPEND_LUA = """
-local n = redis.call('INCR', KEYS[2])
-redis.call('XADD', KEYS[1], '0-' .. n, 'event', ARGV[1], 'data', ARGV[2])
-if tonumber(ARGV[3]) > 0 then
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
+local count = #ARGV / 2
+local last = redis.call('INCRBY', KEYS[2], count)
+local first = last - count + 1
+for i = 0, count - 1 do
+  redis.call('XADD', KEYS[1], '0-' .. (first + i), 'event', ARGV[2 * i + 1], 'data', ARGV[2 * i + 2])
 end
-return n
+return first
 """
 
 # Starts a run only while the user's and the global caps allow it.
@@ -170,18 +176,26 @@ def _stream_id(event_id: int) -> str:
     return f"0-{event_id}"
 
 
-async def append_event(run_id: int, event: str, data: dict[str, Any], *, ttl: int = 0) -> int:
-    """Append to the run's event stream; returns the event's id."""
+async def append_events(run_id: int, events: list[tuple[str, dict[str, Any]]]) -> list[int]:
+    """Append a batch to the run's event stream in one round trip; returns their ids."""
+    if not events:
+        return []
     client = get_async_redis()
     script = client.register_script(_APPEND_LUA)
-    result = await script(keys=[events_key(run_id), seq_key(run_id)], args=[event, _encode(data), ttl])
-    return int(result)
+    args = [part for event, data in events for part in (event, _encode(data))]
+    first = int(await script(keys=[events_key(run_id), seq_key(run_id)], args=args))
+    return list(range(first, first + len(events)))
 
 
-def append_event_sync(run_id: int, event: str, data: dict[str, Any], *, ttl: int = 0) -> int:
+async def append_event(run_id: int, event: str, data: dict[str, Any]) -> int:
+    """Append one event to the run's event stream; returns its id."""
+    [event_id] = await append_events(run_id, [(event, data)])
+    return event_id
+
+
+def append_event_sync(run_id: int, event: str, data: dict[str, Any]) -> int:
     script = get_redis().register_script(_APPEND_LUA)
-    result = script(keys=[events_key(run_id), seq_key(run_id)], args=[event, _encode(data), ttl])
-    return int(result)
+    return int(script(keys=[events_key(run_id), seq_key(run_id)], args=[event, _encode(data)]))
 
 
 async def read_events(run_id: int, after: int, *, count: int = 500) -> list[Event]:
