@@ -32,6 +32,7 @@ from askuser import services as askuser_services
 
 from . import live
 from .cli import build_command, child_env, find_claude_cli
+from .engines import sdk as sdk_engine
 from .models import ACTIVE_RUN_STATUSES, Conversation, Engine, Project, Run, RunEvent, RunStatus
 from .processes import TIMEOUT, Line, ManagedProcess
 from .translate import translate
@@ -123,7 +124,7 @@ async def _all_events(run_id: int) -> list[live.Event]:
 class RunSupervisor:
     def __init__(self, run_id: int) -> None:
         self.run_id = run_id
-        self.process: ManagedProcess | None = None
+        self.process: ManagedProcess | sdk_engine.SDKTurn | None = None
         self.stop_status: str | None = None
         self.stop_message = ""
         self.result: dict[str, Any] | None = None
@@ -156,6 +157,8 @@ class RunSupervisor:
             await self.emit("run_status", {"status": RunStatus.RUNNING})
             if await live.cancel_requested(self.run_id):
                 self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
+            elif ctx.run.engine == Engine.SDK:
+                outcome = await self._run_sdk(ctx)
             else:
                 outcome = await self._run_cli(ctx)
         except asyncio.CancelledError:
@@ -201,6 +204,29 @@ class RunSupervisor:
             self.process.terminate()
         await self._read_loop(ctx)
         code = await self.process.stop()
+        return self._outcome(code)
+
+    async def _run_sdk(self, ctx: RunContext) -> Outcome:
+        """The same turn through claude-agent-sdk: AskUserQuestion becomes the card (see ``engines``)."""
+        project = ctx.project
+        root = workspace_path(project)
+        if not root.exists():
+            await sync_to_async(workspace_sync)(project=project)
+        self.ask_user = sdk_engine.ask_user_enabled(project)
+        self.ask_user_timeout = project.ask_user_timeout
+        turn = sdk_engine.SDKTurn(
+            run_id=self.run_id,
+            project=project,
+            root=root,
+            resume_session_id=ctx.conversation.claude_session_id,
+            prompt=ctx.run.prompt,
+        )
+        self.process = turn
+        if self.stop_status is not None:  # cancelled while starting
+            turn.terminate()
+        await self._read_loop(ctx)
+        code = await turn.stop()
+        self.errors.extend(turn.errors)
         return self._outcome(code)
 
     async def _read_loop(self, ctx: RunContext) -> None:

@@ -1,0 +1,201 @@
+"""Runs on the SDK engine share the supervisor's lifecycle: streaming, resume, limits,
+cancel with nothing left running, failures, and the allowlisted environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptmgr.models import Conversation, Run
+from promptmgr.workspaces import workspace_path
+from tests.engines.support import start
+from tests.helpers import login_client, make_project, read_sse, script, wait_until
+from tests.runs.test_streaming import SLOW_TEXT, allow_in_workspace, processes_in
+
+PYTHON_SLEEP = {"command": "python3 -c 'import time; time.sleep(120)'", "description": "wait"}
+
+
+def test_streamed_text_result_and_session_reach_the_browser(app_server: Any, alice: Any) -> None:
+    project = make_project(owner=alice, engine="sdk")
+    client = login_client(app_server, "alice", "alice-password")
+    started = start(client, project.pk, script({"text": "Hello from the SDK engine, streamed."}))
+    events = read_sse(client, started["events_url"])
+    names = [e.event for e in events]
+    assert names[:4] == ["prompt", "run_status", "run_status", "session"]
+    streamed = "".join(e.data["text"] for e in events if e.event == "text_delta")
+    assert streamed == "Hello from the SDK engine, streamed."
+    [final] = [e for e in events if e.event == "assistant_text"]
+    assert final.data["html"] == "<p>Hello from the SDK engine, streamed.</p>\n"
+    [result] = [e for e in events if e.event == "result"]
+    assert result.data["cost_usd"] > 0 and result.data["num_turns"] == 1
+    assert [e.id for e in events] == list(range(1, len(events) + 1))
+    run = Run.objects.get(pk=started["run_id"])
+    assert (run.engine, run.status, run.exit_code) == ("sdk", "completed", 0)
+    assert run.cost_usd and run.duration_ms is not None
+    wait_until(lambda: run.events.count() == len(events), timeout=5, what="events stored in the database")
+    assert processes_in(workspace_path(project)) == []
+
+
+def test_second_prompt_resumes_the_claude_session(app_server: Any, alice: Any) -> None:
+    project = make_project(owner=alice, engine="sdk")
+    client = login_client(app_server, "alice", "alice-password")
+    first_prompt = script({"text": "First answer."})
+    first = start(client, project.pk, first_prompt)
+    [session] = [e.data["session_id"] for e in read_sse(client, first["events_url"]) if e.event == "session"]
+    assert Conversation.objects.get(pk=first["conversation_id"]).claude_session_id == session
+
+    second = start(client, project.pk, script({"quote_earlier_prompts": True}), first["conversation_id"])
+    events = read_sse(client, second["events_url"])
+    [text] = [e.data["text"] for e in events if e.event == "assistant_text"]
+    assert json.loads(text.split("Earlier prompts: ", 1)[1]) == [first_prompt]
+    assert events[-1].data == {"status": "completed"}
+
+
+def test_cancel_during_a_bash_command_leaves_no_process(app_server: Any, alice: Any) -> None:
+    project = make_project(owner=alice, engine="sdk")
+    allow_in_workspace(project, "Bash(python3:*)")
+    client = login_client(app_server, "alice", "alice-password")
+    started = start(client, project.pk, script({"tool_use": {"name": "Bash", "input": PYTHON_SLEEP}}))
+    read_sse(client, started["events_url"], until=lambda e: e.event == "tool_use")
+    workspace = workspace_path(project)
+    wait_until(lambda: len(processes_in(workspace)) >= 2, timeout=10, what="the Bash command to start")
+
+    assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
+    events = read_sse(client, started["events_url"], timeout=30)
+    assert events[-1].data == {"status": "cancelled"}
+    assert processes_in(workspace) == []
+    assert Run.objects.get(pk=started["run_id"]).error == "Cancelled by the user."
+
+
+STUBBORN_CLI = """#!{python}
+# A Claude Code stand-in that ignores SIGTERM and leaves a grandchild in a session of its
+# own that ignores it too, the worst a CLI and its Bash commands can do.
+import json, signal, subprocess, sys, time
+
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+subprocess.Popen(
+    [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+    start_new_session=True,
+)
+for line in sys.stdin:
+    message = json.loads(line)
+    if message.get("type") == "control_request":
+        reply = {{"subtype": "success", "request_id": message["request_id"], "response": {{}}}}
+        print(json.dumps({{"type": "control_response", "response": reply}}), flush=True)
+    elif message.get("type") == "user":
+        init = {{"type": "system", "subtype": "init", "session_id": "stubborn", "tools": [], "mcp_servers": []}}
+        delta = {{"type": "content_block_delta", "index": 0, "delta": {{"type": "text_delta", "text": "working"}}}}
+        print(json.dumps(init), flush=True)
+        print(json.dumps({{"type": "stream_event", "uuid": "u1", "session_id": "stubborn", "event": delta}}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_cancel_kills_a_cli_that_ignores_sigterm_and_its_detached_children(
+    app_server: Any, alice: Any, settings: Any, tmp_path: Path
+) -> None:
+    fake = tmp_path / "stubborn-claude"
+    fake.write_text(STUBBORN_CLI.format(python=sys.executable))
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    settings.CLAUDE_CLI_PATH = str(fake)
+    project = make_project(owner=alice, engine="sdk")
+    client = login_client(app_server, "alice", "alice-password")
+    started = start(client, project.pk, "hello")
+    read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
+    workspace = workspace_path(project)
+    processes = processes_in(workspace)
+    assert len(processes) == 2 and len({os.getsid(p) for p in processes}) == 2
+
+    assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
+    events = read_sse(client, started["events_url"], timeout=40)
+    assert events[-1].data == {"status": "cancelled"}
+    assert processes_in(workspace) == []
+
+
+def test_the_run_stops_at_the_maximum_duration(app_server: Any, alice: Any, settings: Any) -> None:
+    settings.RUN_MAX_DURATION = 3
+    project = make_project(owner=alice, engine="sdk")
+    client = login_client(app_server, "alice", "alice-password")
+    started = start(client, project.pk, script(SLOW_TEXT))
+    events = read_sse(client, started["events_url"], timeout=30)
+    assert events[-1].data == {"status": "timed_out"}
+    errors = [e.data["message"] for e in events if e.event == "error"]
+    assert errors == ["Stopped: the run exceeded the maximum duration of 3 s."]
+    assert processes_in(workspace_path(project)) == []
+
+
+def test_a_cli_that_dies_gives_a_clear_error_and_a_failed_run(app_server: Any, alice: Any) -> None:
+    project = make_project(owner=alice, engine="sdk")
+    client = login_client(app_server, "alice", "alice-password")
+    started = start(client, project.pk, script(SLOW_TEXT))
+    read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
+    [cli_pid] = [p for p in processes_in(workspace_path(project)) if os.getpgid(p) == p]
+    os.kill(cli_pid, signal.SIGKILL)
+
+    events = read_sse(client, started["events_url"])
+    errors = [e.data["message"] for e in events if e.event == "error"]
+    assert any("exited with code -9 before finishing the turn" in m for m in errors)
+    assert events[-1].data == {"status": "failed"}
+    assert processes_in(workspace_path(project)) == []
+
+
+def test_bypass_permissions_is_refused_with_a_clear_error(app_server: Any, alice: Any) -> None:
+    # The API and admin refuse this combination; a row written some other way still never runs it.
+    project = make_project(owner=alice, engine="sdk", permission_mode="bypassPermissions")
+    client = login_client(app_server, "alice", "alice-password")
+    started = start(client, project.pk, script({"text": "never"}))
+    events = read_sse(client, started["events_url"])
+    assert events[-1].data == {"status": "failed"}
+    assert "cannot run in bypassPermissions mode" in Run.objects.get(pk=started["run_id"]).error
+
+
+def test_the_cli_environment_holds_none_of_the_servers_secrets(
+    app_server: Any, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # claude-agent-sdk's own transport would pass the whole server environment on.
+    monkeypatch.setenv("SECRET_KEY", "server-secret-key-must-not-leak")
+    monkeypatch.setenv("DATABASE_URL", "postgres://user:db-password-must-not-leak@db/app")
+    project = make_project(owner=alice, engine="sdk")
+    allow_in_workspace(project, "Bash(env)")
+    client = login_client(app_server, "alice", "alice-password")
+    prompt = script({"tool_use": {"name": "Bash", "input": {"command": "env", "description": "env"}}})
+    events = read_sse(client, start(client, project.pk, prompt)["events_url"])
+    [result] = [e.data["content"] for e in events if e.event == "tool_result"]
+    assert "CLAUDE_CODE_ENTRYPOINT=sdk-py" in result and "HOME=" in result
+    for secret in ("server-secret-key", "db-password", "DATABASE_URL", "DJANGO_SETTINGS_MODULE"):
+        assert secret not in result
+
+
+def test_a_cli_that_fails_to_start_fails_the_run_with_its_stderr(
+    app_server: Any, alice: Any, settings: Any, tmp_path: Path
+) -> None:
+    fake = tmp_path / "broken-claude"
+    fake.write_text("#!/bin/sh\necho 'Segmentation fault (not json)'\necho 'oops' >&2\nexit 3\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    settings.CLAUDE_CLI_PATH = str(fake)
+    project = make_project(owner=alice, engine="sdk")
+    client = login_client(app_server, "alice", "alice-password")
+    started = start(client, project.pk, "hello")
+    events = read_sse(client, started["events_url"])
+    assert events[-1].data == {"status": "failed"}
+    run = Run.objects.get(pk=started["run_id"])
+    assert run.exit_code == 3
+    assert "exited with code 3 before finishing the turn" in run.error and "oops" in run.error
+
+
+def test_a_multi_megabyte_line_does_not_break_the_stream(app_server: Any, alice: Any) -> None:
+    project = make_project(owner=alice, engine="sdk")
+    client = login_client(app_server, "alice", "alice-password")
+    big = {"text": "0123456789", "repeat": 300_000, "chunk_chars": 3_000_000}
+    started = start(client, project.pk, script(big, {"text": "still streaming"}))
+    events = read_sse(client, started["events_url"], timeout=120)
+    streamed = "".join(e.data["text"] for e in events if e.event == "text_delta")
+    assert streamed.startswith("0123456789" * 300_000)
+    assert events[-1].data == {"status": "completed"}
