@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import json
 import logging
 import os
@@ -379,7 +380,11 @@ class RunSupervisor:
 
 def launch(run_id: int) -> asyncio.Task[None]:
     """Start supervising a run in this worker's event loop."""
-    task = asyncio.get_running_loop().create_task(RunSupervisor(run_id).execute(), name=f"run-{run_id}")
+    # A fresh context: the run outlives the request that starts it, and must not inherit
+    # asgiref's executor of that request's sync thread (it quits when the request ends).
+    task = asyncio.get_running_loop().create_task(
+        RunSupervisor(run_id).execute(), name=f"run-{run_id}", context=contextvars.Context()
+    )
     _tasks[run_id] = task
     task.add_done_callback(lambda _t: _tasks.pop(run_id, None))
     return task
