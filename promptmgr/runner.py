@@ -20,6 +20,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -336,10 +337,15 @@ class RunSupervisor:
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def _finish(self, ctx: RunContext, outcome: Outcome) -> None:
-        """Reap the CLI, then record the outcome: the database first, so a Redis outage
-        cannot lose it, then the closing events."""
+        """Reap the CLI, kill the relay secrets, then record the outcome: the database
+        first, so a Redis outage cannot lose it, then the closing events."""
         if self.process is not None:
             outcome.exit_code = await self.process.stop()
+        if self.relay is not None:
+            # The secrets directory goes even when Redis cannot revoke the token.
+            askuser_runtime.remove_secrets(self.relay)
+            with contextlib.suppress(redis.RedisError):
+                await askuser_runtime.relay_session_close(self.relay)
         await sync_to_async(_record_outcome)(self.run_id, outcome)
         try:
             await self._close_live(ctx, outcome)
@@ -347,12 +353,6 @@ class RunSupervisor:
             logger.exception("run %s ended while Redis was unreachable", self.run_id)
             # Keep at least what this worker streamed, so the conversation can be shown.
             await sync_to_async(persist_events)(self.run_id, self.emitted)
-        finally:
-            if self.relay is not None:
-                # The secrets directory goes even when Redis cannot revoke the token.
-                with contextlib.suppress(redis.RedisError):
-                    await askuser_runtime.relay_session_close(self.relay)
-                askuser_runtime.remove_secrets(self.relay)
 
     async def _close_live(self, ctx: RunContext, outcome: Outcome) -> None:
         await askuser_services.questions_close_for_run(run_id=self.run_id, run_status=outcome.status)
@@ -403,28 +403,45 @@ async def shutdown_all(timeout: float = 20.0) -> None:
         await asyncio.wait(tasks, timeout=timeout)
 
 
-def recover_orphaned_runs() -> list[int]:
-    """Runs marked active whose worker is gone (no owner key) become failed."""
-    import redis as redis_sync
+MSG_ORPHANED = "The worker running this prompt stopped unexpectedly."
+ORPHAN_GRACE = timedelta(seconds=OWNER_TTL * 2)
 
+
+def recover_run_if_orphaned(run: Run) -> bool:
+    """Fail an active run whose worker is gone (no owner key in Redis); keep its events.
+
+    Called at start-up for every active run, and by SSE readers of a run that went quiet,
+    so a crashed worker never leaves a run "running" forever.
+    """
+    if run.pk in _tasks or not run.is_active or run.created_at > timezone.now() - ORPHAN_GRACE:
+        return False
     client = live.get_redis()
-    orphaned: list[int] = []
-    for run in Run.objects.filter(status__in=ACTIVE_RUN_STATUSES).only("pk", "user_id"):
-        try:
-            owner = client.get(live.owner_key(run.pk))
-        except redis_sync.RedisError:
-            return orphaned
-        if owner is None and run.pk not in _tasks:
-            orphaned.append(run.pk)
-            Run.objects.filter(pk=run.pk, status__in=ACTIVE_RUN_STATUSES).update(
-                status=RunStatus.FAILED,
-                ended_at=timezone.now(),
-                error="The worker running this prompt stopped unexpectedly.",
-            )
-            live.append_event_sync(run.pk, "run_status", {"status": RunStatus.FAILED})
-            live.append_event_sync(run.pk, "done", {"status": RunStatus.FAILED})
-            live.release_run_slots_sync([(run.pk, run.user_id)])
-    return orphaned
+    if client.get(live.owner_key(run.pk)) is not None:
+        return False
+    if not Run.objects.filter(pk=run.pk, status__in=ACTIVE_RUN_STATUSES).update(
+        status=RunStatus.FAILED, ended_at=timezone.now(), error=MSG_ORPHANED
+    ):
+        return False
+    from askuser.models import Question, QuestionStatus
+
+    Question.objects.filter(run_id=run.pk, status=QuestionStatus.PENDING).update(
+        status=QuestionStatus.CANCELLED
+    )
+    live.append_event_sync(run.pk, "error", {"message": MSG_ORPHANED, "final": True})
+    live.append_event_sync(run.pk, "run_status", {"status": RunStatus.FAILED, "error": MSG_ORPHANED})
+    live.append_event_sync(run.pk, "done", {"status": RunStatus.FAILED})
+    persist_events(run.pk, live.read_all_events_sync(run.pk))
+    live.release_run_slots_sync([(run.pk, run.user_id)])
+    return True
 
 
-__all__ = ["Engine", "RunSupervisor", "launch", "shutdown_all", "recover_orphaned_runs"]
+def recover_orphaned_runs() -> list[int]:
+    """Start-up sweep: every active run nobody owns any more becomes failed."""
+    recovered = []
+    try:
+        for run in Run.objects.active():
+            if recover_run_if_orphaned(run):
+                recovered.append(run.pk)
+    except redis.RedisError:
+        logger.warning("could not look for orphaned runs: Redis is unreachable")
+    return recovered
