@@ -97,7 +97,9 @@ class ManagedProcess:
     async def _feed_stdin(self, data: bytes) -> None:
         stdin = self.proc.stdin
         assert stdin is not None
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        # A child that exits before reading its input is reported by its exit, not here
+        # (uvloop raises RuntimeError for a closed pipe).
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
             stdin.write(data)
             await stdin.drain()
             stdin.close()
@@ -155,6 +157,16 @@ class ManagedProcess:
     def terminate(self) -> None:
         """Ask the whole group to exit (the read loop then sees end of output)."""
         self._signal_group(signal.SIGTERM)
+
+    def ready_line(self) -> Line | None | LineTimeout:
+        """A line that is already waiting, without waiting; TIMEOUT when there is none."""
+        try:
+            return self.lines.get_nowait()
+        except asyncio.QueueEmpty:
+            return TIMEOUT
+
+    def ack(self) -> None:
+        """Nothing to do: lines need no acknowledgement here (see the SDK engine's)."""
 
     def _signal_group(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 OWNER_TTL = 30  # seconds; refreshed on every loop turn while the run lives
 MAX_GARBAGE_EVENTS = 5
+BATCH_LINES = 500  # the most ready lines handled before one flush to Redis
 
 MSG_CANCELLED = "Cancelled by the user."
 MSG_SHUTDOWN = "The server shut down while Claude was working."
@@ -106,11 +107,19 @@ def _record_outcome(run_id: int, outcome: Outcome) -> None:
     )
 
 
+def for_storage(events: list[live.Event]) -> list[live.Event]:
+    """What the database keeps: everything but the text deltas a complete
+    ``assistant_text`` repeats (deltas after the last one, e.g. of a cancelled reply, stay)."""
+    last_text = max((i for i, e in enumerate(events) if e.event == "assistant_text"), default=-1)
+    return [e for i, e in enumerate(events) if e.event != "text_delta" or i > last_text]
+
+
 def persist_events(run_id: int, events: list[live.Event]) -> None:
     """Keep the run's events in the database so the conversation outlives Redis."""
     RunEvent.objects.bulk_create(
-        [RunEvent(run_id=run_id, seq=e.id, event=e.event, data=e.data) for e in events],
+        [RunEvent(run_id=run_id, seq=e.id, event=e.event, data=e.data) for e in for_storage(events)],
         ignore_conflicts=True,
+        batch_size=500,
     )
 
 
@@ -136,11 +145,23 @@ class RunSupervisor:
         self.ask_user_timeout = settings.ASK_USER_DEFAULT_TIMEOUT
         self.relay: askuser_runtime.RelaySession | None = None
         self.emitted: list[live.Event] = []
+        self._pending: list[tuple[str, dict[str, Any]]] = []
+        self._batching = False
 
-    async def emit(self, event: str, data: dict[str, Any]) -> int:
-        event_id = await live.append_event(self.run_id, event, data)
-        self.emitted.append(live.Event(id=event_id, event=event, data=data))
-        return event_id
+    async def emit(self, event: str, data: dict[str, Any]) -> None:
+        """Append an event; inside a batch of ready lines it waits for the batch's flush."""
+        self._pending.append((event, data))
+        if not self._batching:
+            await self._flush()
+
+    async def _flush(self) -> None:
+        if not self._pending:
+            return
+        batch, self._pending = self._pending, []
+        # One round trip for the whole batch: at full speed the CLI prints thousands of
+        # lines a second, and one Redis call per event could not keep up.
+        ids = await live.append_events(self.run_id, batch)
+        self.emitted.extend(live.Event(id=i, event=e, data=d) for i, (e, d) in zip(ids, batch, strict=True))
 
     def request_stop(self, status: str, message: str) -> None:
         """Stop the CLI; the read loop then sees end of output and records ``status``."""
@@ -242,13 +263,39 @@ class RunSupervisor:
                 return
             if isinstance(item, Line):
                 last_output = now
-                await self._on_line(ctx, item)
+                if await self._handle_ready(ctx, item):
+                    return
             else:
                 assert item is TIMEOUT
                 if await self._on_idle():
                     last_output = now  # waiting for the user is not idleness
             if self.stop_status is None:
                 self._check_limits(now - started, now - last_output)
+
+    async def _handle_ready(self, ctx: RunContext, first: Line) -> bool:
+        """Handle ``first`` and every line already waiting behind it as one batch.
+
+        A lone line (the usual, paced case) is flushed at once; a burst shares one Redis
+        round trip. Returns True at the end of output.
+        """
+        assert self.process is not None
+        self._batching = True
+        ended = False
+        try:
+            await self._on_line(ctx, first)
+            for _ in range(BATCH_LINES - 1):
+                item = self.process.ready_line()
+                if item is None:
+                    ended = True
+                    break
+                if not isinstance(item, Line):
+                    break
+                await self._on_line(ctx, item)
+        finally:
+            self._batching = False
+        await self._flush()
+        self.process.ack()
+        return ended
 
     def _check_limits(self, elapsed: float, idle: float) -> None:
         if elapsed > settings.RUN_MAX_DURATION:
@@ -286,6 +333,8 @@ class RunSupervisor:
                 self.result = data
             await self.emit(event, data)
             if event == "tool_result" and self.ask_user:
+                # The verdict must follow the tool result it is about.
+                await self._flush()
                 await askuser_services.question_result_seen(run_id=self.run_id, result=data)
 
     async def _on_garbage(self, data: bytes) -> None:

@@ -111,7 +111,7 @@ class SDKTurn:
         )
         options = sdk_options(project=project, root=root, resume_session_id=resume_session_id, gate=self.gate)
         self._messages: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self._taken = False
+        self._unacked = 0  # lines handed out but not yet flushed to the event stream
         self._ended = False
         self._groups: set[int] = set()
         self._kill_timer: asyncio.TimerHandle | None = None
@@ -166,18 +166,32 @@ class SDKTurn:
 
     async def next_line(self, timeout: float) -> Line | None | LineTimeout:
         """The next stream-json line, None at the end of output, or TIMEOUT."""
-        if self._taken:
-            self._messages.task_done()  # the supervisor has handled the previous one
-            self._taken = False
         try:
             message = await asyncio.wait_for(self._messages.get(), timeout)
         except TimeoutError:
             return TIMEOUT
+        return self._hand_out(message)
+
+    def ready_line(self) -> Line | None | LineTimeout:
+        """A line that is already waiting, without waiting; TIMEOUT when there is none."""
+        try:
+            message = self._messages.get_nowait()
+        except asyncio.QueueEmpty:
+            return TIMEOUT
+        return self._hand_out(message)
+
+    def _hand_out(self, message: dict[str, Any] | None) -> Line | None:
         if message is None:
             self._messages.task_done()
             return None
-        self._taken = True
+        self._unacked += 1
         return Line(json.dumps(message, ensure_ascii=False).encode())
+
+    def ack(self) -> None:
+        """The supervisor has put every line handed out so far into the event stream."""
+        for _ in range(self._unacked):
+            self._messages.task_done()
+        self._unacked = 0
 
     async def caught_up(self) -> None:
         """Wait (briefly) until the supervisor has handled every message received so far."""

@@ -61,3 +61,17 @@ def test_tool_results_are_clipped_with_a_marker() -> None:
 def test_unknown_lines_are_ignored() -> None:
     assert translate({"type": "system", "subtype": "status"}) == []
     assert translate({"type": "something_new"}) == []
+
+
+def test_storage_drops_only_deltas_a_complete_text_repeats() -> None:
+    from promptmgr.live import Event
+    from promptmgr.runner import for_storage
+
+    events = [
+        Event(1, "text_delta", {"text": "a"}),
+        Event(2, "assistant_text", {"text": "a"}),
+        Event(3, "tool_use", {}),
+        Event(4, "text_delta", {"text": "cut off"}),
+        Event(5, "done", {}),
+    ]
+    assert [e.id for e in for_storage(events)] == [2, 3, 4, 5]
