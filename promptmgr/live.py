@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import redis
 import redis.asyncio as aredis
 from django.conf import settings
@@ -148,28 +149,44 @@ return 1
 
 @dataclass(frozen=True)
 class Event:
-    """One SSE event of a run: ``id`` is its position in the run, starting at 1."""
+    """One SSE event of a run: ``id`` is its position in the run, starting at 1.
+
+    ``raw`` is the JSON text as stored, when known, so serving it needs no re-encoding.
+    """
 
     id: int
     event: str
     data: dict[str, Any]
+    raw: str | None = field(default=None, compare=False, repr=False)
 
     def to_sse(self) -> bytes:
-        payload = json.dumps(self.data, ensure_ascii=False, separators=(",", ":"))
+        payload = self.raw if self.raw is not None else encode_json(self.data)
         # JSON never contains a raw newline, so one data: line is always enough.
         return f"id: {self.id}\nevent: {self.event}\ndata: {payload}\n\n".encode()
 
 
-def _encode(data: dict[str, Any]) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+def encode_json(data: Any) -> str:
+    """Compact JSON, fast (orjson) with the standard library as the fallback."""
+    try:
+        return orjson.dumps(data).decode()
+    except TypeError:  # e.g. an integer beyond 64 bits
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_json(text: str | bytes) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        # orjson refuses some valid JSON (integers beyond 64 bits); the stdlib does not.
+        return json.loads(text)
+
+
+_encode = encode_json
 
 
 def _decode(entry_id: str, fields: dict[str, str]) -> Event:
-    return Event(
-        id=int(entry_id.split("-", 1)[1]),
-        event=fields["event"],
-        data=json.loads(fields["data"]),
-    )
+    raw = fields["data"]
+    return Event(id=int(entry_id.split("-", 1)[1]), event=fields["event"], data=decode_json(raw), raw=raw)
 
 
 def _stream_id(event_id: int) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import json
 import logging
 import os
 import socket
@@ -320,8 +319,8 @@ class RunSupervisor:
             await self.emit("error", {"message": MSG_TRUNCATED.format(size=f"{size}+", limit=size)})
             return
         try:
-            parsed = json.loads(line.data)
-        except (json.JSONDecodeError, UnicodeDecodeError):
+            parsed = live.decode_json(line.data)
+        except ValueError:  # not JSON, or not UTF-8
             parsed = None
         if not isinstance(parsed, dict):
             await self._on_garbage(line.data)

@@ -56,11 +56,16 @@ async def event_stream(source: EventSource, *, after: int, heartbeat: float) -> 
     try:
         while True:
             batch = await source.next_batch(after, heartbeat)
+            # One write per batch, not per event: a burst of deltas is one chunk on the wire.
+            chunk = bytearray()
             for event in batch:
-                yield event.to_sse()
+                chunk += event.to_sse()
                 after = event.id
                 if event.event == "done":
+                    yield bytes(chunk)
                     return
+            if chunk:
+                yield bytes(chunk)
             now = asyncio.get_running_loop().time()
             if batch:
                 quiet_since = now
