@@ -37,9 +37,9 @@ EVENTS = [Event(1, "prompt", {"text": "hi"}), Event(2, "text_delta", {"text": "a
 async def test_every_event_carries_id_and_event_and_done_ends_the_stream() -> None:
     chunks = await collect(ListSource(EVENTS))
     assert chunks[0] == b"retry: 2000\n\n"
+    # The source hands out two events at a time: each batch is written as one chunk.
     assert chunks[1:] == [
-        b'id: 1\nevent: prompt\ndata: {"text":"hi"}\n\n',
-        b'id: 2\nevent: text_delta\ndata: {"text":"a\\nb"}\n\n',
+        b'id: 1\nevent: prompt\ndata: {"text":"hi"}\n\nid: 2\nevent: text_delta\ndata: {"text":"a\\nb"}\n\n',
         b"id: 3\nevent: done\ndata: {}\n\n",
     ]
 
