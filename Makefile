@@ -36,7 +36,8 @@ run: $(VENV)/.installed-app
 	scripts/ensure-redis.sh
 	$(PY) manage.py ensure_demo_user
 	$(PY) manage.py sync_workspaces
-	exec $(VENV)/bin/uvicorn promptmgr.asgi:application --host $(HOST) --port $(PORT)
+	exec $(VENV)/bin/uvicorn promptmgr.asgi:application --host $(HOST) --port $(PORT) \
+		--timeout-graceful-shutdown 10
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

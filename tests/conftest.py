@@ -209,6 +209,8 @@ class LiveServer:
             port=self.port,
             log_level="warning",
             lifespan="on",
+            # Open SSE streams never end by themselves; do not wait on them at shutdown.
+            timeout_graceful_shutdown=5,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="uvicorn-live", daemon=True)
