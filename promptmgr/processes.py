@@ -35,9 +35,16 @@ class LineTimeout:
 TIMEOUT = LineTimeout()
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group, read from /proc."""
-    members: list[int] = []
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    ppid: int
+    pgid: int
+
+
+def live_processes() -> list[ProcInfo]:
+    """Every live (non-zombie) process with its parent and process group, from /proc."""
+    found: list[ProcInfo] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -47,9 +54,14 @@ def group_members(pgid: int) -> list[int]:
             continue
         # The command name may hold spaces or parentheses: parse after the last ')'.
         fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
+        if len(fields) > 2 and fields[0] != "Z":
+            found.append(ProcInfo(pid=int(entry.name), ppid=int(fields[1]), pgid=int(fields[2])))
+    return found
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes of a process group."""
+    return [p.pid for p in live_processes() if p.pgid == pgid]
 
 
 class ManagedProcess:

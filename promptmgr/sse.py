@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Protocol
 
 from asgiref.sync import sync_to_async
@@ -49,7 +49,7 @@ class RunEventSource:
         return not await sync_to_async(run_is_active)(self.run_id)
 
 
-async def event_stream(source: EventSource, *, after: int, heartbeat: float) -> AsyncIterator[bytes]:
+async def event_stream(source: EventSource, *, after: int, heartbeat: float) -> AsyncGenerator[bytes, None]:
     """SSE bytes: each event with ``id:`` and ``event:``, comments as heartbeats, ``done`` last."""
     yield f"retry: {RETRY_MS}\n\n".encode()
     quiet_since = asyncio.get_running_loop().time()

@@ -253,8 +253,11 @@ def app_server(transactional_db: Any, model_settings: Any) -> Iterator[LiveServe
 # --- A real browser -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser() -> Iterator[Any]:
+    """Chromium for one test. Playwright's sync API keeps an event loop running in the main
+    thread while it is open; closing it after each test keeps that loop from leaking into
+    the async and asyncio.run-based tests that pytest-django may order after it."""
     from playwright.sync_api import sync_playwright
 
     if not Path(CHROMIUM).exists():

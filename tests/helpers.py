@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -117,3 +118,81 @@ def script(*steps: dict[str, Any]) -> str:
     import json as _json
 
     return "SCRIPT: " + _json.dumps(list(steps))
+
+
+# --- Runs and questions over the real HTTP stack -----------------------------------------
+
+ASK_USER_TOOL = "mcp__ask-user__ask_user"
+QUOTE = {"quote_tool_results": True}
+SLOW_TEXT = {"text": "x" * 300, "pace_ms": 100, "chunk_chars": 1}
+
+
+def ask(
+    question: str, options: list[str] | None = None, multi: bool = False, header: str = ""
+) -> dict[str, Any]:
+    """A scripted step calling the ask-user MCP tool (the CLI engine's way to ask)."""
+    tool_input: dict[str, Any] = {"question": question, "multiSelect": multi}
+    if options is not None:
+        tool_input["options"] = [{"label": o, "description": f"about {o}"} for o in options]
+    if header:
+        tool_input["header"] = header
+    return {"tool_use": {"name": ASK_USER_TOOL, "input": tool_input}}
+
+
+def start_run(
+    client: httpx.Client, project_id: int, prompt: str, conversation_id: int | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"prompt": prompt}
+    if conversation_id is not None:
+        body["conversation_id"] = conversation_id
+    response = client.post(f"/api/projects/{project_id}/runs", json=body)
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+def next_question(client: httpx.Client, url: str, after: int = 0) -> SSEEvent:
+    return read_sse(client, url, until=lambda e: e.event == "ask_user_question", last_event_id=after)[-1]
+
+
+def submit_answer(client: httpx.Client, question_id: str, **body: Any) -> httpx.Response:
+    return client.post("/api/askuser/submit-answer", json={"question_id": question_id, **body})
+
+
+def tool_results(events: list[SSEEvent]) -> list[dict[str, Any]]:
+    """The tool results the scripted model says it received (its ``quote_tool_results`` step)."""
+    import json as _json
+
+    [final] = [
+        e.data["text"]
+        for e in events
+        if e.event == "assistant_text" and "Tool results received: " in e.data["text"]
+    ]
+    return list(_json.loads(final.split("Tool results received: ", 1)[1]))
+
+
+def processes_in(directory: Path) -> list[int]:
+    """Live processes whose working directory is ``directory`` (the CLI and its MCP server)."""
+    import os
+
+    from promptmgr.processes import live_processes
+
+    found = []
+    for process in live_processes():
+        try:
+            if os.readlink(f"/proc/{process.pid}/cwd") == str(directory):
+                found.append(process.pid)
+        except OSError:
+            continue
+    return found
+
+
+def allow_in_workspace(project: Any, *rules: str) -> None:
+    """Add permission rules the way a user would, next to the generated ones."""
+    import json as _json
+
+    from promptmgr.workspaces import workspace_path
+
+    path = workspace_path(project) / ".claude" / "settings.local.json"
+    data = _json.loads(path.read_text())
+    data["permissions"]["allow"] += list(rules)
+    path.write_text(_json.dumps(data))

@@ -17,7 +17,6 @@ import contextlib
 import os
 import signal
 from collections.abc import AsyncIterator, Callable, Iterable
-from pathlib import Path
 from subprocess import PIPE
 from typing import Any
 
@@ -28,7 +27,7 @@ from claude_agent_sdk import ClaudeAgentOptions, CLIConnectionError, __version__
 from claude_agent_sdk._internal._task_compat import spawn_detached
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
 
-from promptmgr.processes import group_members
+from promptmgr.processes import group_members, live_processes
 
 # What the SDK's own transport adds to the CLI's environment (see its ``connect()``).
 SDK_ENV = {
@@ -95,29 +94,17 @@ class IsolatedCLITransport(SubprocessCLITransport):
 
 
 def process_tree(root: int) -> dict[int, int]:
-    """``root`` and its live descendants, each with its process group, read from /proc."""
-    parent_of: dict[int, int] = {}
-    group_of: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # The command name may hold spaces or parentheses: parse after the last ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z":
-            parent_of[int(entry.name)] = int(fields[1])
-            group_of[int(entry.name)] = int(fields[2])
+    """``root`` and its live descendants, each with its process group."""
+    processes = live_processes()
+    group_of = {p.pid: p.pgid for p in processes}
     tree = {root: group_of[root]} if root in group_of else {}
     frontier = [root]
     while frontier:
         parent = frontier.pop()
-        for pid, ppid in parent_of.items():
-            if ppid == parent and pid not in tree:
-                tree[pid] = group_of[pid]
-                frontier.append(pid)
+        for process in processes:
+            if process.ppid == parent and process.pid not in tree:
+                tree[process.pid] = process.pgid
+                frontier.append(process.pid)
     return tree
 
 

@@ -13,8 +13,17 @@ import pytest
 from askuser import runtime
 from askuser.models import Question
 from promptmgr.models import Conversation, Run, RunStatus
-from tests.askuser.test_round_trip import QUOTE, ask, next_question, start, submit
-from tests.helpers import login_client, make_project, read_sse, script
+from tests.helpers import (
+    QUOTE,
+    ask,
+    login_client,
+    make_project,
+    next_question,
+    read_sse,
+    script,
+    start_run,
+    submit_answer,
+)
 
 QUESTION = {"question": "Proceed?", "options": [{"label": "Yes"}, {"label": "No"}]}
 
@@ -236,12 +245,12 @@ def test_the_relay_token_never_appears_in_logs(
     caplog.set_level(logging.DEBUG)
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask("Log check?", ["Yes"]), QUOTE))
+    started = start_run(client, project.pk, script(ask("Log check?", ["Yes"]), QUOTE))
     card = next_question(client, started["events_url"])
     [config] = list(__import__("pathlib").Path(app_server.secrets_dir()).glob("run-*/ask-user.json"))
     token = json.loads(config.read_text())["relayToken"]
     assert (config.stat().st_mode & 0o777) == 0o600 and (config.parent.stat().st_mode & 0o777) == 0o700
-    assert submit(client, card.data["question_id"], selectedOptions=[0]).status_code == 200
+    assert submit_answer(client, card.data["question_id"], selectedOptions=[0]).status_code == 200
     events = read_sse(client, started["events_url"])
     assert not config.parent.exists(), "the per-run secrets directory is removed when the run ends"
     captured = capfd.readouterr()

@@ -5,14 +5,24 @@ from __future__ import annotations
 from typing import Any
 
 from askuser.models import Question
-from tests.askuser.test_round_trip import QUOTE, ask, next_question, start, submit, tool_results
-from tests.helpers import login_client, make_project, read_sse, script
+from tests.helpers import (
+    QUOTE,
+    ask,
+    login_client,
+    make_project,
+    next_question,
+    read_sse,
+    script,
+    start_run,
+    submit_answer,
+    tool_results,
+)
 
 
 def test_an_unanswered_question_times_out_for_the_model_and_the_card(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice, ask_user_timeout=30)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask("Anyone there?", ["Yes"]), QUOTE))
+    started = start_run(client, project.pk, script(ask("Anyone there?", ["Yes"]), QUOTE))
     card = next_question(client, started["events_url"])
     events = read_sse(client, started["events_url"], timeout=90)
     assert tool_results(events) == [
@@ -21,7 +31,7 @@ def test_an_unanswered_question_times_out_for_the_model_and_the_card(app_server:
     expired = [e.data for e in events if e.event == "ask_user_expired"]
     assert expired == [{"question_id": card.data["question_id"], "reason": "timeout"}]
     assert Question.objects.get(question_id=card.data["question_id"]).status == "expired"
-    late = submit(client, card.data["question_id"], selectedOptions=[0])
+    late = submit_answer(client, card.data["question_id"], selectedOptions=[0])
     assert late.status_code == 410
     assert events[-1].data == {"status": "completed"}
 
@@ -31,14 +41,14 @@ def test_browser_gone_while_waiting_then_back_sees_the_question_and_answers(
 ) -> None:
     project = make_project(owner=alice)
     first_tab = login_client(app_server, "alice", "alice-password")
-    started = start(first_tab, project.pk, script(ask("Still there?", ["Yes", "No"]), QUOTE))
+    started = start_run(first_tab, project.pk, script(ask("Still there?", ["Yes", "No"]), QUOTE))
     next_question(first_tab, started["events_url"])
     first_tab.close()  # the browser goes away; the run keeps waiting
 
     later = login_client(app_server, "alice", "alice-password")
     card = next_question(later, started["events_url"])  # a fresh page replays from the start
     assert card.data["questions"][0]["question"] == "Still there?"
-    assert submit(later, card.data["question_id"], selectedOptions=[0]).status_code == 200
+    assert submit_answer(later, card.data["question_id"], selectedOptions=[0]).status_code == 200
     events = read_sse(later, started["events_url"])
     assert tool_results(events) == [{"text": "User selected: Yes", "is_error": False}]
 
@@ -46,7 +56,7 @@ def test_browser_gone_while_waiting_then_back_sees_the_question_and_answers(
 def test_ask_user_disabled_for_the_project_registers_no_mcp_server(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice, ask_user_enabled=False)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script({"text": "plain streaming still works"}))
+    started = start_run(client, project.pk, script({"text": "plain streaming still works"}))
     events = read_sse(client, started["events_url"])
     [session] = [e.data for e in events if e.event == "session"]
     assert session["mcp_servers"] == []
@@ -60,7 +70,7 @@ def test_ask_user_disabled_globally_registers_no_mcp_server(
     settings.ASK_USER_ENABLED = False
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script({"text": "ok"}))
+    started = start_run(client, project.pk, script({"text": "ok"}))
     events = read_sse(client, started["events_url"])
     [session] = [e.data for e in events if e.event == "session"]
     assert session["mcp_servers"] == []
@@ -69,7 +79,7 @@ def test_ask_user_disabled_globally_registers_no_mcp_server(
 def test_ask_user_enabled_lists_the_server_as_connected(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script({"text": "ok"}))
+    started = start_run(client, project.pk, script({"text": "ok"}))
     events = read_sse(client, started["events_url"])
     [session] = [e.data for e in events if e.event == "session"]
     assert {"name": "ask-user", "status": "connected"} in session["mcp_servers"]

@@ -16,17 +16,19 @@ from django.utils import timezone
 from askuser.models import Question
 from promptmgr.models import Run
 from promptmgr.workspaces import workspace_path
-from tests.engines.support import (
+from tests.engines.support import ask_user_question, sdk_question
+from tests.helpers import (
     QUOTE,
-    ask_user_question,
+    login_client,
+    make_project,
     next_question,
-    quoted_tool_results,
-    sdk_question,
-    start,
-    submit,
+    processes_in,
+    read_sse,
+    script,
+    start_run,
+    submit_answer,
+    tool_results,
 )
-from tests.helpers import login_client, make_project, read_sse, script
-from tests.runs.test_streaming import processes_in
 
 AUTH = sdk_question("Which auth method?", "Auth", ["OAuth", "API key"])
 CHECKS = sdk_question("Which checks?", "Checks", ["Lint", "Types", "Tests"], multi=True)
@@ -36,7 +38,7 @@ ANSWERED = "Your questions have been answered: {pairs}. You can now continue wit
 def test_two_questions_one_multi_select_reach_the_model(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice, engine="sdk")
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask_user_question(AUTH, CHECKS), QUOTE))
+    started = start_run(client, project.pk, script(ask_user_question(AUTH, CHECKS), QUOTE))
     card = next_question(client, started["events_url"])
     assert card.data["source"] == "sdk"
     assert card.data["questions"] == [AUTH, CHECKS]
@@ -46,27 +48,27 @@ def test_two_questions_one_multi_select_reach_the_model(app_server: Any, alice: 
         "Which auth method?": {"selected": [0], "other": ""},
         "Which checks?": {"selected": [0, 2], "other": ""},
     }
-    response = submit(client, card.data["question_id"], answers=answers)
+    response = submit_answer(client, card.data["question_id"], answers=answers)
     assert response.status_code == 200, response.text
 
     events = read_sse(client, started["events_url"])
     pairs = '"Which auth method?"="OAuth", "Which checks?"="Lint, Tests"'
-    assert quoted_tool_results(events) == [{"text": ANSWERED.format(pairs=pairs), "is_error": False}]
+    assert tool_results(events) == [{"text": ANSWERED.format(pairs=pairs), "is_error": False}]
     assert events[-1].data == {"status": "completed"}
 
 
 def test_string_answers_other_text_and_notes_reach_the_model(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice, engine="sdk")
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask_user_question(AUTH, CHECKS), QUOTE))
+    started = start_run(client, project.pk, script(ask_user_question(AUTH, CHECKS), QUOTE))
     card = next_question(client, started["events_url"])
     answers = {"Which auth method?": "SAML via the company IdP", "Which checks?": "Types, Tests"}
-    response = submit(client, card.data["question_id"], answers=answers, notes="tests first")
+    response = submit_answer(client, card.data["question_id"], answers=answers, notes="tests first")
     assert response.status_code == 200, response.text
 
     events = read_sse(client, started["events_url"])
     # Typed text and notes make the CLI ask Claude to read the answers carefully.
-    assert quoted_tool_results(events) == [
+    assert tool_results(events) == [
         {
             "text": 'The user answered: "Which auth method?"="SAML via the company IdP" notes: tests first, '
             '"Which checks?"="Types, Tests". Read the answers carefully \u2014 they may request '
@@ -79,10 +81,10 @@ def test_string_answers_other_text_and_notes_reach_the_model(app_server: Any, al
 def test_the_verification_marks_the_question_delivered(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice, engine="sdk")
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask_user_question(AUTH, CHECKS), QUOTE))
+    started = start_run(client, project.pk, script(ask_user_question(AUTH, CHECKS), QUOTE))
     card = next_question(client, started["events_url"])
     answers = {"Which auth method?": "API key", "Which checks?": "Lint, Types"}
-    assert submit(client, card.data["question_id"], answers=answers).status_code == 200
+    assert submit_answer(client, card.data["question_id"], answers=answers).status_code == 200
 
     events = read_sse(client, started["events_url"])
     [delivered] = [e.data for e in events if e.event == "ask_user_delivered"]
@@ -98,20 +100,21 @@ def test_the_verification_marks_the_question_delivered(app_server: Any, alice: A
 def test_every_permission_mode_sends_the_question_to_the_user(app_server: Any, alice: Any, mode: str) -> None:
     project = make_project(owner=alice, engine="sdk", permission_mode=mode)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask_user_question(AUTH), QUOTE))
+    started = start_run(client, project.pk, script(ask_user_question(AUTH), QUOTE))
     card = next_question(client, started["events_url"])
     assert (
-        submit(client, card.data["question_id"], answers={"Which auth method?": "OAuth"}).status_code == 200
+        submit_answer(client, card.data["question_id"], answers={"Which auth method?": "OAuth"}).status_code
+        == 200
     )
     events = read_sse(client, started["events_url"])
     pairs = '"Which auth method?"="OAuth"'
-    assert quoted_tool_results(events) == [{"text": ANSWERED.format(pairs=pairs), "is_error": False}]
+    assert tool_results(events) == [{"text": ANSWERED.format(pairs=pairs), "is_error": False}]
 
 
 def test_an_unanswered_question_is_denied_with_the_timeout_sentence(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice, engine="sdk", ask_user_timeout=30)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask_user_question(AUTH), QUOTE))
+    started = start_run(client, project.pk, script(ask_user_question(AUTH), QUOTE))
     card = next_question(client, started["events_url"])
     # The project minimum is 30 s; the deadline is brought forward instead of waiting for it.
     Question.objects.filter(question_id=card.data["question_id"]).update(
@@ -119,13 +122,13 @@ def test_an_unanswered_question_is_denied_with_the_timeout_sentence(app_server: 
     )
 
     events = read_sse(client, started["events_url"])
-    assert quoted_tool_results(events) == [
+    assert tool_results(events) == [
         {"text": "User did not respond within 30 seconds. Proceed with your best judgment.", "is_error": True}
     ]
     expired = [e.data for e in events if e.event == "ask_user_expired"]
     assert expired == [{"question_id": card.data["question_id"], "reason": "timeout"}]
     assert Question.objects.get(question_id=card.data["question_id"]).status == "expired"
-    late = submit(client, card.data["question_id"], answers={"Which auth method?": "OAuth"})
+    late = submit_answer(client, card.data["question_id"], answers={"Which auth method?": "OAuth"})
     assert late.status_code == 410
     assert events[-1].data == {"status": "completed"}
 
@@ -133,7 +136,7 @@ def test_an_unanswered_question_is_denied_with_the_timeout_sentence(app_server: 
 def test_cancel_while_waiting_ends_the_run_with_no_process_left(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice, engine="sdk")
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask_user_question(AUTH), QUOTE))
+    started = start_run(client, project.pk, script(ask_user_question(AUTH), QUOTE))
     card = next_question(client, started["events_url"])
     workspace = workspace_path(project)
     assert processes_in(workspace), "the CLI should be running in the workspace"
@@ -149,7 +152,7 @@ def test_cancel_while_waiting_ends_the_run_with_no_process_left(app_server: Any,
     expired = [e.data for e in events if e.event == "ask_user_expired"]
     assert expired == [{"question_id": card.data["question_id"], "reason": "cancelled"}]
     assert Question.objects.get(question_id=card.data["question_id"]).status == "cancelled"
-    late = submit(client, card.data["question_id"], answers={"Which auth method?": "OAuth"})
+    late = submit_answer(client, card.data["question_id"], answers={"Which auth method?": "OAuth"})
     assert late.status_code == 410
 
 
@@ -157,12 +160,13 @@ def test_waiting_for_the_user_is_not_idleness(app_server: Any, alice: Any, setti
     settings.RUN_IDLE_TIMEOUT = 3
     project = make_project(owner=alice, engine="sdk")
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask_user_question(AUTH), QUOTE))
+    started = start_run(client, project.pk, script(ask_user_question(AUTH), QUOTE))
     card = next_question(client, started["events_url"])
     time.sleep(settings.RUN_IDLE_TIMEOUT + 4)  # the user thinks; the CLI prints nothing meanwhile
     assert Run.objects.get(pk=started["run_id"]).status == "waiting_for_user"
     assert (
-        submit(client, card.data["question_id"], answers={"Which auth method?": "OAuth"}).status_code == 200
+        submit_answer(client, card.data["question_id"], answers={"Which auth method?": "OAuth"}).status_code
+        == 200
     )
     events = read_sse(client, started["events_url"])
     assert events[-1].data == {"status": "completed"}
@@ -171,11 +175,11 @@ def test_waiting_for_the_user_is_not_idleness(app_server: Any, alice: Any, setti
 def test_with_ask_user_off_the_tool_is_not_offered(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice, engine="sdk", ask_user_enabled=False)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script(ask_user_question(AUTH), QUOTE))
+    started = start_run(client, project.pk, script(ask_user_question(AUTH), QUOTE))
     events = read_sse(client, started["events_url"])
     [session] = [e.data for e in events if e.event == "session"]
     assert "AskUserQuestion" not in session["tools"]
-    [result] = quoted_tool_results(events)
+    [result] = tool_results(events)
     assert result["is_error"] is True and "No such tool available: AskUserQuestion" in result["text"]
     assert "ask_user_question" not in [e.event for e in events]
     assert events[-1].data == {"status": "completed"}

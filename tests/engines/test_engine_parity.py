@@ -13,9 +13,19 @@ import pytest
 
 from promptmgr.models import Run
 from promptmgr.workspaces import workspace_path
-from tests.engines.support import ask_user_question, mcp_ask_user, next_question, sdk_question, start, submit
-from tests.helpers import SSEEvent, login_client, make_project, read_sse, script
-from tests.runs.test_streaming import allow_in_workspace, processes_in
+from tests.engines.support import ask_user_question, mcp_ask_user, sdk_question
+from tests.helpers import (
+    SSEEvent,
+    allow_in_workspace,
+    login_client,
+    make_project,
+    next_question,
+    processes_in,
+    read_sse,
+    script,
+    start_run,
+    submit_answer,
+)
 
 DB = sdk_question("Which database?", "DB", ["SQLite", "PostgreSQL"])
 WRITE = {"tool_use": {"name": "Write", "input": {"file_path": "notes.txt", "content": "hello"}}}
@@ -77,10 +87,11 @@ def test_text_a_tool_and_a_question_give_the_same_events(app_server: Any, alice:
     )
     project = make_project(owner=alice, engine=engine)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, prompt)
+    started = start_run(client, project.pk, prompt)
     card = next_question(client, started["events_url"])
     assert (
-        submit(client, card.data["question_id"], answers={"Which database?": "PostgreSQL"}).status_code == 200
+        submit_answer(client, card.data["question_id"], answers={"Which database?": "PostgreSQL"}).status_code
+        == 200
     )
     events = read_sse(client, started["events_url"])
 
@@ -128,7 +139,7 @@ def test_a_write_is_allowed_or_refused_alike(
 ) -> None:
     project = make_project(owner=alice, engine=engine, permission_mode=mode)
     client = login_client(app_server, "alice", "alice-password")
-    events = read_sse(client, start(client, project.pk, script(WRITE, {"text": "ok"}))["events_url"])
+    events = read_sse(client, start_run(client, project.pk, script(WRITE, {"text": "ok"}))["events_url"])
     [result] = [e.data for e in events if e.event == "tool_result"]
     target = workspace_path(project) / "notes.txt"
     if message is None:
@@ -152,7 +163,7 @@ def test_a_background_command_finishes_and_wakes_a_second_turn_alike(
         "run_in_background": True,
     }
     prompt = script({"tool_use": {"name": "Bash", "input": command}}, {"text": "Started it."})
-    started = start(client, project.pk, prompt)
+    started = start_run(client, project.pk, prompt)
     events = read_sse(client, started["events_url"])
 
     # The command's completion wakes the session for one more turn before the CLI exits.

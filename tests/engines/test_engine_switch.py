@@ -14,8 +14,7 @@ from django.test import Client
 
 from promptmgr.models import Project, Run
 from promptmgr.workspaces import ASK_USER_TOOL, workspace_path
-from tests.engines.support import start
-from tests.helpers import SSEEvent, login_client, make_project, read_sse, script
+from tests.helpers import SSEEvent, login_client, make_project, read_sse, script, start_run
 
 
 def session_of(events: list[SSEEvent]) -> dict[str, Any]:
@@ -39,7 +38,7 @@ def test_switching_engines_through_the_api_keeps_the_conversation(app_server: An
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
     first_prompt = script({"text": "On the CLI engine."})
-    first = start(client, project.pk, first_prompt)
+    first = start_run(client, project.pk, first_prompt)
     cli_session = session_of(read_sse(client, first["events_url"]))
     assert {"name": "ask-user", "status": "connected"} in cli_session["mcp_servers"]
 
@@ -49,7 +48,7 @@ def test_switching_engines_through_the_api_keeps_the_conversation(app_server: An
     assert not ask_user_registered(project)
 
     second_prompt = script({"quote_earlier_prompts": True})
-    second = start(client, project.pk, second_prompt, first["conversation_id"])
+    second = start_run(client, project.pk, second_prompt, first["conversation_id"])
     events = read_sse(client, second["events_url"])
     sdk_session = session_of(events)
     assert sdk_session["mcp_servers"] == [] and "AskUserQuestion" in sdk_session["tools"]
@@ -59,7 +58,7 @@ def test_switching_engines_through_the_api_keeps_the_conversation(app_server: An
 
     assert client.patch(f"/api/projects/{project.pk}", json={"engine": "cli"}).status_code == 200
     assert ask_user_registered(project)
-    third = start(client, project.pk, script({"quote_earlier_prompts": True}), first["conversation_id"])
+    third = start_run(client, project.pk, script({"quote_earlier_prompts": True}), first["conversation_id"])
     events = read_sse(client, third["events_url"])
     assert {"name": "ask-user", "status": "connected"} in session_of(events)["mcp_servers"]
     assert earlier_prompts(events) == [first_prompt, second_prompt]
@@ -84,7 +83,7 @@ def test_switching_to_sdk_in_the_admin_list_regenerates_the_workspace(app_server
 
     assert not ask_user_registered(project)
     client = login_client(app_server, "alice", "alice-password")
-    started = start(client, project.pk, script({"text": "now on the SDK"}))
+    started = start_run(client, project.pk, script({"text": "now on the SDK"}))
     events = read_sse(client, started["events_url"])
     assert "AskUserQuestion" in session_of(events)["tools"]
     assert Run.objects.get(pk=started["run_id"]).engine == "sdk"

@@ -17,7 +17,7 @@ from tests.helpers import make_project
 
 pytestmark = pytest.mark.django_db
 
-ASK_USER_SERVER = {"type": "stdio", "command": sys.executable, "args": ["-m", "mcp_server"]}
+ASK_USER_SERVER = {"type": "stdio", "command": sys.executable, "args": ["-P", "-m", "mcp_server"]}
 REGISTERED_SETTINGS = {
     "enabledMcpjsonServers": ["ask-user"],
     "permissions": {"allow": ["mcp__ask-user__ask_user"]},

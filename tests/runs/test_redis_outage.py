@@ -13,8 +13,17 @@ import pytest
 from promptmgr import live
 from promptmgr.models import Conversation, Run
 from promptmgr.workspaces import workspace_path
-from tests.helpers import free_port, login_client, make_project, read_sse, script, wait_until
-from tests.runs.test_streaming import SLOW_TEXT, processes_in, start_run
+from tests.helpers import (
+    SLOW_TEXT,
+    free_port,
+    login_client,
+    make_project,
+    processes_in,
+    read_sse,
+    script,
+    start_run,
+    wait_until,
+)
 
 
 @pytest.fixture

@@ -7,8 +7,7 @@ from typing import Any
 import httpx
 
 from promptmgr.models import Run
-from tests.helpers import login_client, make_project, read_sse, script
-from tests.runs.test_streaming import SLOW_TEXT, start_run
+from tests.helpers import SLOW_TEXT, login_client, make_project, read_sse, script, start_run
 
 
 def test_another_users_run_events_status_and_cancel_are_404(app_server: Any, alice: Any, bob: Any) -> None:
@@ -121,7 +120,7 @@ def test_a_second_prompt_while_the_conversation_is_busy_is_409(app_server: Any, 
 def test_idle_timeout_stops_a_silent_cli(app_server: Any, alice: Any, settings: Any) -> None:
     settings.RUN_IDLE_TIMEOUT = 5
     project = make_project(owner=alice)
-    from tests.runs.test_streaming import allow_in_workspace
+    from tests.helpers import allow_in_workspace
 
     allow_in_workspace(project, "Bash(python3:*)")
     client = login_client(app_server, "alice", "alice-password")

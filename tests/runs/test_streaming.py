@@ -11,50 +11,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from promptmgr.models import Conversation, Run
 from promptmgr.workspaces import workspace_path
-from tests.helpers import login_client, make_project, read_sse, script, wait_until
-
-
-def start_run(
-    client: httpx.Client, project_id: int, prompt: str, conversation_id: int | None = None
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"prompt": prompt}
-    if conversation_id is not None:
-        body["conversation_id"] = conversation_id
-    response = client.post(f"/api/projects/{project_id}/runs", json=body)
-    assert response.status_code == 201, response.text
-    return dict(response.json())
-
-
-def processes_in(directory: Path) -> list[int]:
-    """Live processes whose working directory is ``directory`` (the CLI and its MCP server)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.readlink(entry / "cwd") == str(directory):
-                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-                if state != "Z":
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def allow_in_workspace(project: Any, *rules: str) -> None:
-    """Add permission rules the way a user would, next to the generated ones."""
-    path = workspace_path(project) / ".claude" / "settings.local.json"
-    data = json.loads(path.read_text())
-    data["permissions"]["allow"] += list(rules)
-    path.write_text(json.dumps(data))
-
-
-SLOW_TEXT = {"text": "x" * 300, "pace_ms": 100, "chunk_chars": 1}
+from tests.helpers import (
+    SLOW_TEXT,
+    allow_in_workspace,
+    login_client,
+    make_project,
+    processes_in,
+    read_sse,
+    script,
+    start_run,
+    wait_until,
+)
 
 
 def test_streamed_text_reaches_the_sse_client(app_server: Any, alice: Any) -> None:
