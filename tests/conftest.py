@@ -99,6 +99,8 @@ def _app_settings(settings: Any, redis_url: str, tmp_path: Path) -> Iterator[Non
     from promptmgr import live
 
     settings.REDIS_URL = redis_url
+    # The real hasher is slow on purpose; tests create users and log in all the time.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # A key prefix per test: nothing leaks between tests, or between parallel test runs.
     global _test_counter
     _test_counter += 1

@@ -12,12 +12,6 @@ from promptmgr.models import Project
 from tests.helpers import make_project
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings: Any) -> None:
-    # The real hasher is slow on purpose; these tests create several users each.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def project(alice: Any, bob: Any) -> Project:
     """Alice's project, shared with Bob; Carol is a stranger to it."""
