@@ -57,6 +57,27 @@ class SSEEvent:
     size: int  # bytes of the event on the wire
 
 
+class SSEParser:
+    """Incremental SSE parsing: feed chunks as they arrived, get the events they completed."""
+
+    def __init__(self) -> None:
+        self.pending = b""
+
+    def feed(self, chunk: bytes, ts_ns: int) -> list[SSEEvent]:
+        *blocks, self.pending = (self.pending + chunk).split(b"\n\n")
+        events = []
+        for block in blocks:
+            fields: dict[str, str] = {}
+            for line in block.decode().split("\n"):
+                if line and not line.startswith(":"):
+                    key, _, value = line.partition(":")
+                    fields[key] = value.removeprefix(" ")
+            if "event" in fields:
+                data = json.loads(fields.get("data", "null"))
+                events.append(SSEEvent(int(fields["id"]), fields["event"], data, ts_ns, len(block) + 2))
+        return events
+
+
 async def sse_events(
     client: httpx.AsyncClient, url: str, *, timeout: float = 120
 ) -> AsyncGenerator[SSEEvent, None]:
@@ -64,19 +85,24 @@ async def sse_events(
     async with client.stream("GET", url, timeout=httpx.Timeout(timeout, read=timeout)) as response:
         if response.status_code != 200:
             raise RuntimeError(f"SSE: HTTP {response.status_code}")
-        pending = b""
+        parser = SSEParser()
         async for chunk in response.aiter_raw():
-            ts = harness.now_ns()
-            *blocks, pending = (pending + chunk).split(b"\n\n")
-            for block in blocks:
-                fields: dict[str, str] = {}
-                for line in block.decode().split("\n"):
-                    if line and not line.startswith(":"):
-                        key, _, value = line.partition(":")
-                        fields[key] = value.removeprefix(" ")
-                if "event" in fields:
-                    data = json.loads(fields.get("data", "null"))
-                    yield SSEEvent(int(fields["id"]), fields["event"], data, ts, len(block) + 2)
+            for event in parser.feed(chunk, harness.now_ns()):
+                yield event
+
+
+async def sse_record(client: httpx.AsyncClient, url: str, *, timeout: float = 120) -> list[SSEEvent]:
+    """Read the stream to its end (the app closes it after ``done``) doing nothing but keep
+    each chunk and its arrival time, then parse: like the direct baseline's reader, the
+    consumer's own parsing stays off the clock and off the CPU the app is measured on."""
+    received: list[tuple[int, bytes]] = []
+    async with client.stream("GET", url, timeout=httpx.Timeout(timeout, read=timeout)) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"SSE: HTTP {response.status_code}")
+        async for chunk in response.aiter_raw():
+            received.append((harness.now_ns(), chunk))
+    parser = SSEParser()
+    return [event for ts, chunk in received for event in parser.feed(chunk, ts)]
 
 
 def script_prompt(steps: list[dict[str, Any]]) -> str:

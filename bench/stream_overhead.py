@@ -14,7 +14,10 @@ Method
    * direct: spawn the CLI as the runner would, read its stdout in 256 KiB chunks and do
      nothing else; wall = spawn until exit;
    * through the app: ``POST /api/projects/{id}/runs`` and read
-     ``/api/runs/{id}/events`` until ``done``; wall = POST sent until ``done`` arrived.
+     ``/api/runs/{id}/events`` until the app closes it after ``done``, keeping each chunk
+     with its arrival time and parsing only afterwards, as the direct reader does (an SSE
+     parser in this process would otherwise take CPU from the app it measures);
+     wall = POST sent until ``done`` arrived.
    Overhead = app / direct - 1, per pair, median over pairs; once for the wall times
    (everything: run bookkeeping, persisting events, ``done``) and once for the delta
    window (first to last text delta at the consumer: the streaming throughput).

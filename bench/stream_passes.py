@@ -154,17 +154,16 @@ async def _app_pass(client: httpx.AsyncClient, project_id: int, prompt: str) -> 
     run = Pass(start_ns=harness.now_ns())
     url = await app_client.start_run(client, project_id, prompt)
     status = "?"
-    async with contextlib.aclosing(app_client.sse_events(client, url)) as events:
-        async for event in events:
-            run.nbytes += event.size
-            if event.event == "text_delta":
-                text = str(event.data["text"])
-                token = text[1:-1].encode() if text.startswith("<") else b""
-                run.deltas.append((event.ts_ns, token))
-            elif event.event == "done":
-                run.end_ns = event.ts_ns
-                status = str(event.data.get("status"))
-                break
+    for event in await app_client.sse_record(client, url):
+        run.nbytes += event.size
+        if event.event == "text_delta":
+            text = str(event.data["text"])
+            token = text[1:-1].encode() if text.startswith("<") else b""
+            run.deltas.append((event.ts_ns, token))
+        elif event.event == "done":
+            run.end_ns = event.ts_ns
+            status = str(event.data.get("status"))
+            break
     if status != "completed":
         raise RuntimeError(f"the run did not complete: {await app_client.run_error(client, url)}")
     return run
