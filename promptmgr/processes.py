@@ -3,8 +3,9 @@
 A child is spawned in its own process group (session), its stdout and stderr are
 drained concurrently, stdout is split into lines of any length (a line over
 ``max_line_bytes`` is cut and flagged, never a crash), and on every ending the whole
-group — the CLI and everything it started, such as MCP servers — is terminated, killed
-after a grace period, and the child reaped.
+tree — the CLI and everything it started, such as MCP servers and Bash commands, which
+the CLI runs in sessions of their own — is terminated, killed after a grace period, and
+the child reaped.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ import contextlib
 import os
 import signal
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 READ_CHUNK = 256 * 1024
+KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
 STDERR_TAIL_BYTES = 16 * 1024
 
@@ -64,10 +67,97 @@ def group_members(pgid: int) -> list[int]:
     return [p.pid for p in live_processes() if p.pgid == pgid]
 
 
+def process_tree(root: int) -> dict[int, int]:
+    """``root`` and its live descendants, each with its process group."""
+    processes = live_processes()
+    group_of = {p.pid: p.pgid for p in processes}
+    tree = {root: group_of[root]} if root in group_of else {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for process in processes:
+            if process.ppid == parent and process.pid not in tree:
+                tree[process.pid] = process.pgid
+                frontier.append(process.pid)
+    return tree
+
+
+def signal_groups(groups: Iterable[int], sig: signal.Signals) -> None:
+    own = os.getpgrp()
+    for pgid in groups:
+        # Never our own group: that would be the web server.
+        if pgid > 1 and pgid != own:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+
+
+def live_groups(groups: Iterable[int]) -> set[int]:
+    live = {p.pgid for p in live_processes()}
+    return {pgid for pgid in groups if pgid in live}
+
+
+class ProcessTree:
+    """The process groups of a child and of everything below it.
+
+    The CLI starts each Bash command in a session of its own, so signalling the CLI's
+    group alone would leave them running. Groups are collected while the child lives
+    (once its parent is gone, an orphan's ancestry is lost), and only groups that still
+    have members are signalled: a dead group's id may since belong to another one.
+    """
+
+    def __init__(self, root: int) -> None:
+        self.root = root
+        self.groups = {root}  # the child leads its own session
+        self._kill_timer: asyncio.TimerHandle | None = None
+
+    def collect(self) -> None:
+        self.groups |= set(process_tree(self.root).values())
+
+    def send(self, sig: signal.Signals) -> None:
+        self.collect()
+        signal_groups(live_groups(self.groups), sig)
+
+    def alive(self) -> bool:
+        return bool(live_groups(self.groups))
+
+    def terminate(self, *, kill_after: float) -> None:
+        """SIGTERM the tree now and SIGKILL whatever is left ``kill_after`` seconds later,
+        so a child that ignores SIGTERM cannot keep its run (and its read loop) alive."""
+        self.send(signal.SIGTERM)
+        if self._kill_timer is None:
+            self._kill_timer = asyncio.get_running_loop().call_later(kill_after, self.send, signal.SIGKILL)
+
+    async def wait_gone(self, grace: float, *, also: Callable[[], bool] = lambda: True) -> bool:
+        """Wait up to ``grace`` seconds for every group to empty (and ``also`` to hold)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        while loop.time() < deadline:
+            if also() and not self.alive():
+                return True
+            await asyncio.sleep(0.05)
+        return also() and not self.alive()
+
+    async def reap(self, grace: float, *, also: Callable[[], bool] = lambda: True) -> None:
+        """Terminate the tree, then kill what is left after ``grace``."""
+        if also() and not self.alive():
+            self.cancel_timer()
+            return
+        self.send(signal.SIGTERM)
+        if not await self.wait_gone(grace, also=also):
+            self.send(signal.SIGKILL)
+        self.cancel_timer()
+
+    def cancel_timer(self) -> None:
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+            self._kill_timer = None
+
+
 class ManagedProcess:
     def __init__(self, proc: asyncio.subprocess.Process, *, max_line_bytes: int, queue_size: int) -> None:
         self.proc = proc
         self.pgid = proc.pid
+        self.tree = ProcessTree(proc.pid)
         self.max_line_bytes = max_line_bytes
         self.lines: asyncio.Queue[Line | None] = asyncio.Queue(maxsize=queue_size)
         self._stderr_tail: deque[bytes] = deque()
@@ -164,11 +254,14 @@ class ManagedProcess:
         try:
             return await asyncio.wait_for(self.lines.get(), timeout)
         except TimeoutError:
+            # A quiet moment: note the groups of Bash commands started meanwhile.
+            self.tree.collect()
             return TIMEOUT
 
     def terminate(self) -> None:
-        """Ask the whole group to exit (the read loop then sees end of output)."""
-        self._signal_group(signal.SIGTERM)
+        """Ask the whole tree to exit, killing it after a grace period (the read loop then
+        sees end of output)."""
+        self.tree.terminate(kill_after=KILL_GRACE)
 
     def ready_line(self) -> Line | None | LineTimeout:
         """A line that is already waiting, without waiting; TIMEOUT when there is none."""
@@ -180,21 +273,9 @@ class ManagedProcess:
     def ack(self) -> None:
         """Nothing to do: lines need no acknowledgement here (see the SDK engine's)."""
 
-    def _signal_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pgid, sig)
-
-    async def stop(self, *, grace: float = 3.0) -> int:
-        """Terminate the whole group, kill what is left after ``grace``, reap the child."""
-        if self.proc.returncode is None or group_members(self.pgid):
-            self._signal_group(signal.SIGTERM)
-            deadline = asyncio.get_running_loop().time() + grace
-            while asyncio.get_running_loop().time() < deadline:
-                if self.proc.returncode is not None and not group_members(self.pgid):
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                self._signal_group(signal.SIGKILL)
+    async def stop(self, *, grace: float = KILL_GRACE) -> int:
+        """Terminate the whole tree, kill what is left after ``grace``, reap the child."""
+        await self.tree.reap(grace, also=lambda: self.proc.returncode is not None)
         code = await self.proc.wait()
         # The drains end once the pipes close; give them a moment, then stop waiting.
         _done, pending = await asyncio.wait(self._tasks, timeout=2)

@@ -35,10 +35,10 @@ from django.conf import settings
 
 from promptmgr.cli import child_env, find_claude_cli
 from promptmgr.models import PermissionMode, Project
-from promptmgr.processes import DEFAULT_MAX_LINE, TIMEOUT, Line, LineTimeout
+from promptmgr.processes import DEFAULT_MAX_LINE, KILL_GRACE, TIMEOUT, Line, LineTimeout, ProcessTree
 
 from .permissions import ASK_USER_QUESTION, PermissionGate
-from .transport import IsolatedCLITransport, live_groups, process_tree, signal_groups
+from .transport import IsolatedCLITransport
 
 MSG_NO_BYPASS = "The SDK engine cannot run in bypassPermissions mode; choose another permission mode."
 MSG_SDK_FAILED = "Claude Agent SDK: {error}"
@@ -46,7 +46,6 @@ MSG_SDK_FAILED = "Claude Agent SDK: {error}"
 # session meanwhile), then 5 s after SIGTERM, then kills it: ~20 s at worst.
 DISCONNECT_TIMEOUT = 30.0
 CAUGHT_UP_TIMEOUT = 2.0
-KILL_GRACE = 3.0
 STDERR_TAIL_LINES = 200
 # Task types whose completion starts another turn (the SDK's DEFERRING_TASK_TYPES).
 AGENT_TASK_TYPES = frozenset({"local_agent", "local_workflow"})
@@ -113,8 +112,7 @@ class SDKTurn:
         self._messages: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self._unacked = 0  # lines handed out but not yet flushed to the event stream
         self._ended = False
-        self._groups: set[int] = set()
-        self._kill_timer: asyncio.TimerHandle | None = None
+        self._tree: ProcessTree | None = None
         self._exit_code: int | None = None
         self._stderr: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self.transport = IsolatedCLITransport(
@@ -169,6 +167,9 @@ class SDKTurn:
         try:
             message = await asyncio.wait_for(self._messages.get(), timeout)
         except TimeoutError:
+            # A quiet moment: note the groups of Bash commands started meanwhile.
+            if self.tree is not None:
+                self.tree.collect()
             return TIMEOUT
         return self._hand_out(message)
 
@@ -198,6 +199,14 @@ class SDKTurn:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._messages.join(), CAUGHT_UP_TIMEOUT)
 
+    @property
+    def tree(self) -> ProcessTree | None:
+        """The CLI's process tree, once the transport has started it."""
+        process = self.transport.spawned
+        if self._tree is None and process is not None:
+            self._tree = ProcessTree(process.pid)
+        return self._tree
+
     def terminate(self) -> None:
         """SIGTERM the CLI and every process group below it (each Bash command has one).
 
@@ -205,20 +214,14 @@ class SDKTurn:
         the supervisor's read loop with it.
         """
         self.stopping.set()
-        self._signal_tree(signal.SIGTERM)
-        if self._kill_timer is None:
-            self._kill_timer = asyncio.get_running_loop().call_later(
-                KILL_GRACE, self._signal_tree, signal.SIGKILL
-            )
+        if self.tree is not None:
+            self.tree.terminate(kill_after=KILL_GRACE)
 
-    def _signal_tree(self, sig: signal.Signals) -> None:
+    def _exited(self) -> bool:
         process = self.transport.spawned
-        if process is not None and process.returncode is None:
-            self._groups |= set(process_tree(process.pid).values())
-        # Only groups with members left: a dead group's id may since belong to another one.
-        signal_groups(live_groups(self._groups), sig)
+        return process is None or process.returncode is not None
 
-    async def stop(self, *, grace: float = 3.0) -> int:
+    async def stop(self, *, grace: float = KILL_GRACE) -> int:
         """End the turn: let the SDK close the CLI, kill what is left, return the exit code.
 
         The supervisor calls it when the output ends and again when the run finishes.
@@ -227,35 +230,20 @@ class SDKTurn:
             return self._exit_code
         if not self._ended:
             self.terminate()  # stopped while output still flowed
-        if self.stopping.is_set():
-            await self._wait_for_groups(grace)
-            self._signal_tree(signal.SIGKILL)
+        tree = self.tree
+        if self.stopping.is_set() and tree is not None and not await tree.wait_gone(grace):
+            tree.send(signal.SIGKILL)
         try:
             await asyncio.wait_for(asyncio.shield(self._driver), DISCONNECT_TIMEOUT)
         except TimeoutError:
-            self._signal_tree(signal.SIGKILL)
+            if tree is not None:
+                tree.send(signal.SIGKILL)
             self._driver.cancel()
-        if self._kill_timer is not None:
-            self._kill_timer.cancel()
-        await self._reap(grace)
+        # Whatever is left of the CLI's group and the groups seen below it goes too.
+        if self.tree is not None:
+            await self.tree.reap(grace, also=self._exited)
         self._exit_code = await self._wait_for_exit()
         return self._exit_code
-
-    async def _wait_for_groups(self, grace: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        while live_groups(self._groups) and loop.time() < deadline:
-            await asyncio.sleep(0.05)
-
-    async def _reap(self, grace: float) -> None:
-        """Whatever is left of the CLI's group and the groups seen below it goes too."""
-        process = self.transport.spawned
-        if process is not None:
-            self._groups.add(process.pid)  # the CLI leads its own group
-        if live_groups(self._groups):
-            self._signal_tree(signal.SIGTERM)
-            await self._wait_for_groups(grace)
-            self._signal_tree(signal.SIGKILL)
 
     async def _wait_for_exit(self) -> int:
         process = self.transport.spawned

@@ -8,15 +8,12 @@ environment, in a session of its own, and copies every message the CLI prints to
 callback, so the run supervisor sees exactly the stream-json lines the CLI engine sees.
 
 The CLI runs each Bash command in a session of its own, so killing the CLI's group is not
-enough: the helpers below find the groups of the whole process tree and signal those.
+enough: ``processes.ProcessTree`` signals the groups of the whole process tree.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from subprocess import PIPE
 from typing import Any
 
@@ -26,8 +23,6 @@ from anyio.streams.text import TextReceiveStream, TextSendStream
 from claude_agent_sdk import ClaudeAgentOptions, CLIConnectionError, __version__
 from claude_agent_sdk._internal._task_compat import spawn_detached
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
-
-from promptmgr.processes import group_members, live_processes
 
 # What the SDK's own transport adds to the CLI's environment (see its ``connect()``).
 SDK_ENV = {
@@ -91,31 +86,3 @@ class IsolatedCLITransport(SubprocessCLITransport):
                 yield message
         finally:
             self._on_end()
-
-
-def process_tree(root: int) -> dict[int, int]:
-    """``root`` and its live descendants, each with its process group."""
-    processes = live_processes()
-    group_of = {p.pid: p.pgid for p in processes}
-    tree = {root: group_of[root]} if root in group_of else {}
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for process in processes:
-            if process.ppid == parent and process.pid not in tree:
-                tree[process.pid] = process.pgid
-                frontier.append(process.pid)
-    return tree
-
-
-def signal_groups(groups: Iterable[int], sig: signal.Signals) -> None:
-    own = os.getpgrp()
-    for pgid in groups:
-        # Never our own group: that would be the web server.
-        if pgid > 1 and pgid != own:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, sig)
-
-
-def live_groups(groups: Iterable[int]) -> set[int]:
-    return {pgid for pgid in groups if group_members(pgid)}

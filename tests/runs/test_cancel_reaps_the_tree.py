@@ -1,0 +1,85 @@
+"""Cancel on the CLI engine ends the whole process tree: the CLI, its MCP server and the
+Bash commands it runs in sessions of their own, even when they ignore SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+from promptmgr.models import Run
+from promptmgr.workspaces import workspace_path
+from tests.helpers import (
+    allow_in_workspace,
+    login_client,
+    make_project,
+    processes_in,
+    read_sse,
+    script,
+    start_run,
+    wait_until,
+)
+
+PYTHON_SLEEP = {"command": "python3 -c 'import time; time.sleep(120)'", "description": "wait"}
+
+
+def test_cancel_during_a_bash_command_leaves_no_process(app_server: Any, alice: Any) -> None:
+    project = make_project(owner=alice)
+    allow_in_workspace(project, "Bash(python3:*)")
+    client = login_client(app_server, "alice", "alice-password")
+    started = start_run(client, project.pk, script({"tool_use": {"name": "Bash", "input": PYTHON_SLEEP}}))
+    read_sse(client, started["events_url"], until=lambda e: e.event == "tool_use")
+    workspace = workspace_path(project)
+    # The CLI, the ask-user MCP server and the Bash command (in a session of its own).
+    wait_until(lambda: len(processes_in(workspace)) >= 3, timeout=15, what="the Bash command to start")
+    assert len({os.getsid(p) for p in processes_in(workspace)}) >= 2
+
+    assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
+    events = read_sse(client, started["events_url"], timeout=30)
+    assert events[-1].data == {"status": "cancelled"}
+    assert processes_in(workspace) == []
+    assert Run.objects.get(pk=started["run_id"]).error == "Cancelled by the user."
+
+
+STUBBORN_CLI = """#!{python}
+# A Claude Code stand-in that ignores SIGTERM and leaves a grandchild in a session of its
+# own that ignores it too, the worst a CLI and its Bash commands can do.
+import json, signal, subprocess, sys, time
+
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+sys.stdin.read()
+subprocess.Popen(
+    [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
+    start_new_session=True,
+)
+init = {{"type": "system", "subtype": "init", "session_id": "stubborn", "tools": [], "mcp_servers": []}}
+delta = {{"type": "content_block_delta", "index": 0, "delta": {{"type": "text_delta", "text": "working"}}}}
+print(json.dumps(init), flush=True)
+print(json.dumps({{"type": "stream_event", "uuid": "u1", "session_id": "stubborn", "event": delta}}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_cancel_kills_a_cli_that_ignores_sigterm_and_its_detached_children(
+    app_server: Any, alice: Any, settings: Any, tmp_path: Path
+) -> None:
+    fake = tmp_path / "stubborn-claude"
+    fake.write_text(STUBBORN_CLI.format(python=sys.executable))
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    settings.CLAUDE_CLI_PATH = str(fake)
+    project = make_project(owner=alice, ask_user_enabled=False)
+    client = login_client(app_server, "alice", "alice-password")
+    started = start_run(client, project.pk, "hello")
+    read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
+    workspace = workspace_path(project)
+    wait_until(lambda: len(processes_in(workspace)) == 2, timeout=10, what="the detached grandchild")
+    assert len({os.getsid(p) for p in processes_in(workspace)}) == 2
+
+    assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
+    events = read_sse(client, started["events_url"], timeout=40)
+    assert events[-1].data == {"status": "cancelled"}
+    assert processes_in(workspace) == []
+    run = Run.objects.get(pk=started["run_id"])
+    assert (run.status, run.error) == ("cancelled", "Cancelled by the user.")
