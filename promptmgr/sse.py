@@ -20,6 +20,8 @@ from .services.runs import run_is_active, stored_events
 logger = logging.getLogger(__name__)
 
 RETRY_MS = 2000
+# Seconds an ended run's stream waits for its closing events before giving up on them.
+CLOSING_GRACE = 5.0
 
 
 class EventSource(Protocol):
@@ -49,13 +51,16 @@ class RunEventSource:
         return not await sync_to_async(run_is_active)(self.run_id)
 
 
-async def event_stream(source: EventSource, *, after: int, heartbeat: float) -> AsyncGenerator[bytes, None]:
+async def event_stream(
+    source: EventSource, *, after: int, heartbeat: float, closing_grace: float = CLOSING_GRACE
+) -> AsyncGenerator[bytes, None]:
     """SSE bytes: each event with ``id:`` and ``event:``, comments as heartbeats, ``done`` last."""
     yield f"retry: {RETRY_MS}\n\n".encode()
     quiet_since = asyncio.get_running_loop().time()
+    closing = False  # the run has ended; its closing events are awaited for a moment
     try:
         while True:
-            batch = await source.next_batch(after, heartbeat)
+            batch = await source.next_batch(after, closing_grace if closing else heartbeat)
             # One write per batch, not per event: a burst of deltas is one chunk on the wire.
             chunk = bytearray()
             for event in batch:
@@ -70,13 +75,16 @@ async def event_stream(source: EventSource, *, after: int, heartbeat: float) -> 
             if batch:
                 quiet_since = now
                 continue
+            if closing:
+                # A run whose worker vanished never writes "done"; do not hang forever.
+                yield live.Event(id=after + 1, event="done", data={"status": "unknown"}).to_sse()
+                return
             if now - quiet_since >= heartbeat:
                 yield b": keep-alive\n\n"
                 quiet_since = now
-                # A run whose worker vanished never writes "done"; do not hang forever.
-                if await source.finished() and not await source.next_batch(after, 0.001):
-                    yield live.Event(id=after + 1, event="done", data={"status": "unknown"}).to_sse()
-                    return
+                # The run is recorded as ended a moment before its closing events are
+                # written: wait for them rather than end the stream with a made-up "done".
+                closing = await source.finished()
     except asyncio.CancelledError:
         logger.debug("SSE client went away at event %s", after)
         raise

@@ -18,9 +18,12 @@ class ListSource:
 
     async def next_batch(self, after: int, wait_seconds: float) -> list[Event]:
         self.waits.append(wait_seconds)
-        batch = [e for e in self.events if e.id > after][:2]
-        if not batch:
-            await asyncio.sleep(min(wait_seconds, 0.01))
+        # Blocks like the Redis source: until an event is there or the wait is over.
+        deadline = asyncio.get_running_loop().time() + wait_seconds
+        while not (batch := [e for e in self.events if e.id > after][:2]):
+            if asyncio.get_running_loop().time() >= deadline:
+                break
+            await asyncio.sleep(0.01)
         return batch
 
     async def finished(self) -> bool:
@@ -28,7 +31,8 @@ class ListSource:
 
 
 async def collect(source: ListSource, after: int = 0, heartbeat: float = 0.05) -> list[bytes]:
-    return [chunk async for chunk in event_stream(source, after=after, heartbeat=heartbeat)]
+    stream = event_stream(source, after=after, heartbeat=heartbeat, closing_grace=0.05)
+    return [chunk async for chunk in stream]
 
 
 EVENTS = [Event(1, "prompt", {"text": "hi"}), Event(2, "text_delta", {"text": "a\nb"}), Event(3, "done", {})]
@@ -60,6 +64,24 @@ async def test_a_quiet_stream_gets_heartbeat_comments() -> None:
 async def test_a_run_that_ended_without_done_still_ends_the_stream() -> None:
     chunks = await collect(ListSource([Event(1, "prompt", {})], finished=True))
     assert chunks[-1] == b'id: 2\nevent: done\ndata: {"status":"unknown"}\n\n'
+
+
+async def test_closing_events_written_just_after_the_run_ended_are_not_replaced_by_a_made_up_done() -> None:
+    source = ListSource([Event(1, "prompt", {})], finished=True)
+
+    async def close_the_run_late() -> None:
+        await asyncio.sleep(0.12)  # after the first heartbeat has seen the run ended
+        source.events += [
+            Event(2, "run_status", {"status": "completed"}),
+            Event(3, "done", {"status": "completed"}),
+        ]
+
+    closer = asyncio.create_task(close_the_run_late())
+    stream = event_stream(source, after=0, heartbeat=0.05, closing_grace=1.0)
+    chunks = [chunk async for chunk in stream]
+    await closer
+    assert chunks[-1].endswith(b'id: 3\nevent: done\ndata: {"status":"completed"}\n\n')
+    assert b"unknown" not in b"".join(chunks)
 
 
 async def test_client_going_away_cancels_and_reraises() -> None:
