@@ -49,6 +49,14 @@ def envurl(name: str, default: str, *, schemes: set[str]) -> str:
     return value
 
 
+def envexecutable(name: str) -> str:
+    """An optional path to an executable file; empty when unset."""
+    value = os.environ.get(name, "")
+    if value and not (os.path.isfile(value) and os.access(value, os.X_OK)):
+        raise ImproperlyConfigured(f"{name}={value!r} is not an executable file")
+    return value
+
+
 DEBUG = envbool("DEBUG", "true")
 _DEV_SECRET = "dev-only-insecure-secret-key-change-me-0123456789"
 SECRET_KEY = envstr("SECRET_KEY", _DEV_SECRET if DEBUG else "")
@@ -165,7 +173,7 @@ ANTHROPIC_BASE_URL = envurl(
     INTERNAL_BASE_URL.rstrip("/") + DEMO_MODEL_PATH if DEMO_MODEL else "https://api.anthropic.com",
     schemes={"http", "https"},
 )
-CLAUDE_CLI_PATH = envstr("CLAUDE_CLI_PATH", "")
+CLAUDE_CLI_PATH = envexecutable("CLAUDE_CLI_PATH")
 
 ASK_USER_ENABLED = envbool("ASK_USER_ENABLED", "true")
 ASK_USER_DEFAULT_TIMEOUT = envint("ASK_USER_DEFAULT_TIMEOUT", "300", minimum=30, maximum=900)
