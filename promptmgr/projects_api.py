@@ -25,6 +25,7 @@ from pydantic import field_validator
 from promptmgr.models import Project
 from promptmgr.services.projects import (
     PROJECT_NOT_FOUND,
+    ModeNotAllowed,
     ProjectNotFound,
     project_create,
     project_for_user,
@@ -121,6 +122,8 @@ def create_project(request: HttpRequest, payload: ProjectIn) -> Any:
         project = project_create(owner=request.user, **payload.model_dump())
     except DjangoValidationError as exc:
         raise _unprocessable(exc) from None
+    except ModeNotAllowed as exc:
+        raise HttpError(403, str(exc)) from None
     return Status(201, project)
 
 
@@ -133,6 +136,8 @@ def get_project(request: HttpRequest, project_id: int) -> Any:
 def patch_project(request: HttpRequest, project_id: int, payload: ProjectPatch) -> Any:
     project = _visible_project(request, project_id)
     try:
-        return project_update(project=project, **payload.model_dump(exclude_unset=True))
+        return project_update(project=project, actor=request.user, **payload.model_dump(exclude_unset=True))
     except DjangoValidationError as exc:
         raise _unprocessable(exc) from None
+    except ModeNotAllowed as exc:
+        raise HttpError(403, str(exc)) from None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.http import Http404
 
@@ -35,6 +35,10 @@ SDK_BYPASS_REFUSED = (
     "mode or the CLI engine."
 )
 PROJECT_NOT_FOUND = "Project not found."
+BYPASS_STAFF_ONLY = (
+    "Only staff can choose bypassPermissions: in that mode Claude runs any command on the "
+    "server without asking. Ask an administrator, or choose another permission mode."
+)
 
 # What project_update may change; ownership and membership are managed elsewhere.
 UPDATABLE_FIELDS = frozenset(
@@ -44,6 +48,20 @@ UPDATABLE_FIELDS = frozenset(
 
 class ProjectNotFound(Http404):
     """The project does not exist or the user may not see it; callers answer 404 either way."""
+
+
+class ModeNotAllowed(PermissionDenied):
+    """The user may not choose this permission mode (callers answer 403)."""
+
+
+def _check_mode_allowed(*, actor: Any, permission_mode: str, previous_mode: str | None) -> None:
+    """bypassPermissions lets Claude run anything as the server's user: staff decide that.
+
+    Only a change to it is checked, so members can still edit a project staff set up so.
+    """
+    chosen_now = permission_mode == PermissionMode.BYPASS and previous_mode != PermissionMode.BYPASS
+    if chosen_now and not getattr(actor, "is_staff", False):
+        raise ModeNotAllowed(BYPASS_STAFF_ONLY)
 
 
 def project_check_engine_mode(*, engine: str, permission_mode: str) -> None:
@@ -115,23 +133,30 @@ def project_create(
     if ask_user_timeout is not None:
         project.ask_user_timeout = ask_user_timeout
     project_validate(project)
+    _check_mode_allowed(actor=owner, permission_mode=project.permission_mode, previous_mode=None)
     return _save_and_sync(project)
 
 
-def project_update(*, project: Project, **fields: Any) -> Project:
+def project_update(*, project: Project, actor: Any = None, **fields: Any) -> Project:
     """Change some of a project's settings and regenerate its workspace.
 
+    ``actor`` is the user making the change (None for trusted callers such as commands).
     On a validation error the project object is restored from the database, so the
     caller never holds half-applied values.
     """
     unknown = set(fields) - UPDATABLE_FIELDS
     if unknown:
         raise TypeError(f"project_update() cannot change {', '.join(sorted(unknown))}")
+    previous_mode = project.permission_mode
     for field, value in fields.items():
         setattr(project, field, value)
     try:
         project_validate(project)
-    except ValidationError:
+        if actor is not None:
+            _check_mode_allowed(
+                actor=actor, permission_mode=project.permission_mode, previous_mode=previous_mode
+            )
+    except (ValidationError, ModeNotAllowed):
         project.refresh_from_db()
         raise
     return _save_and_sync(project)

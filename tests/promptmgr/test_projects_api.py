@@ -11,6 +11,7 @@ from django.test import Client
 
 from promptmgr.models import Project
 from promptmgr.services.projects import (
+    BYPASS_STAFF_ONLY,
     NAME_REQUIRED,
     PROJECT_NOT_FOUND,
     SDK_BYPASS_REFUSED,
@@ -326,3 +327,42 @@ def test_openapi_documents_the_project_endpoints() -> None:
     assert set(schema["paths"]["/api/projects"]) == {"get", "post"}
     assert set(schema["paths"]["/api/projects/{project_id}"]) == {"get", "patch"}
     assert Client().get("/api/docs").status_code == 200
+
+
+# --- bypassPermissions is a staff decision ------------------------------------------
+
+
+def test_a_non_staff_user_cannot_create_a_project_that_bypasses_permissions(
+    client_for: ClientFor, alice: Any
+) -> None:
+    response = _post(client_for(alice), {"name": "Yolo", "permission_mode": "bypassPermissions"})
+
+    assert response.status_code == 403
+    assert response.json() == {"detail": BYPASS_STAFF_ONLY}
+    assert not Project.objects.filter(name="Yolo").exists()
+
+
+def test_a_non_staff_owner_cannot_switch_a_project_to_bypass_permissions(
+    client_for: ClientFor, project: Project, alice: Any
+) -> None:
+    before = _snapshot(project)
+
+    response = _patch(client_for(alice), project, {"permission_mode": "bypassPermissions", "name": "Renamed"})
+
+    assert response.status_code == 403
+    assert response.json() == {"detail": BYPASS_STAFF_ONLY}
+    assert _snapshot(project) == before
+
+
+def test_staff_can_choose_bypass_permissions_and_members_still_edit_such_a_project(
+    client_for: ClientFor, project: Project, alice: Any, bob: Any
+) -> None:
+    alice.is_staff = True
+    alice.save(update_fields=["is_staff"])
+
+    assert _patch(client_for(alice), project, {"permission_mode": "bypassPermissions"}).status_code == 200
+    response = _patch(client_for(bob), project, {"name": "Renamed by Bob"})
+
+    assert response.status_code == 200
+    project.refresh_from_db()
+    assert (project.name, project.permission_mode) == ("Renamed by Bob", "bypassPermissions")
