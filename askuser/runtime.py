@@ -16,7 +16,6 @@ import os
 import re
 import secrets
 import shutil
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,9 +25,9 @@ from promptmgr import live
 
 logger = logging.getLogger(__name__)
 
-STALE_SECRETS_AGE = 3600  # seconds; older per-run directories are swept at start-up
 TOKEN_PREFIX = "pmr"
 _TOKEN_RE = re.compile(r"^pmr_(\d{1,18})_([A-Za-z0-9_-]{43,})$")
+_RUN_DIR_RE = re.compile(r"^run-(\d{1,18})-[0-9a-f]+$")
 
 
 def hash_token(token: str) -> str:
@@ -116,15 +115,23 @@ async def relay_token_run_id(token: str) -> int | None:
     return run_id
 
 
-def sweep_stale_secrets(*, max_age: float = STALE_SECRETS_AGE) -> int:
-    """Remove per-run secret directories left behind by a crashed worker."""
+def sweep_stale_secrets() -> int:
+    """Remove per-run secret directories of runs that no longer run (a crashed worker's).
+
+    Decided by the run's status, not the directory's age: a run may last up to
+    ``RUN_MAX_DURATION``, and another worker's live run must keep its config.
+    """
+    from promptmgr.models import Run
+
     root = Path(settings.RUN_SECRETS_DIR)
     if not root.exists():
         return 0
+    entries = {entry: _RUN_DIR_RE.match(entry.name) for entry in root.iterdir() if entry.is_dir()}
+    run_ids = {int(match[1]) for match in entries.values() if match}
+    active = set(Run.objects.active().filter(pk__in=run_ids).values_list("pk", flat=True))
     removed = 0
-    cutoff = time.time() - max_age
-    for entry in root.iterdir():
-        if entry.is_dir() and entry.name.startswith("run-") and entry.stat().st_mtime < cutoff:
+    for entry, match in entries.items():
+        if match and int(match[1]) not in active:
             shutil.rmtree(entry, ignore_errors=True)
             removed += 1
     if removed:

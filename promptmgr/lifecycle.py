@@ -15,10 +15,11 @@ async def on_startup() -> None:
     from askuser.runtime import sweep_stale_secrets
     from promptmgr.runner import recover_orphaned_runs
 
-    await sync_to_async(sweep_stale_secrets)()
     orphaned = await sync_to_async(recover_orphaned_runs)()
     if orphaned:
         logger.warning("marked %d orphaned runs as failed: %s", len(orphaned), orphaned)
+    # After the recovery: the secrets of runs it just failed go too.
+    await sync_to_async(sweep_stale_secrets)()
 
 
 async def on_shutdown() -> None:
