@@ -4,8 +4,9 @@ Generated: ``CLAUDE.md`` (the project context), and the ask-user MCP registratio
 real CLI honours: ``.mcp.json`` plus ``enabledMcpjsonServers`` and a ``permissions.allow``
 rule in ``.claude/settings.local.json``. (``mcpServers`` inside settings files is ignored
 by the CLI.) The JSON files are merged key by key, so servers and rules a user added
-stay; every other file in the workspace is never touched. Writes are atomic and only
-happen when content changes.
+stay, and one that is not valid JSON is kept as ``<name>.invalid`` before it is
+regenerated; every other file in the workspace is never touched. Writes are atomic and
+only happen when content changes.
 """
 
 from __future__ import annotations
@@ -134,6 +135,15 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _unparseable_json(path: Path, content: str | None) -> bool:
+    if path.suffix != ".json" or content is None:
+        return False
+    try:
+        return not isinstance(json.loads(content), dict)
+    except ValueError:
+        return True
+
+
 def workspace_sync(*, project: Project, dry_run: bool = False) -> list[FileChange]:
     """Bring the project's generated files up to date; returns what changed (or would)."""
     root = workspace_path(project)
@@ -142,6 +152,13 @@ def workspace_sync(*, project: Project, dry_run: bool = False) -> list[FileChang
         current = _read(path)
         if wanted == current:
             continue
+        if _unparseable_json(path, current):
+            # A user's broken edit is regenerated, but never lost: it is kept beside it.
+            assert current is not None
+            backup = path.with_name(path.name + ".invalid")
+            changes.append(FileChange(backup, "created" if _read(backup) is None else "updated"))
+            if not dry_run:
+                _atomic_write(backup, current)
         if wanted is None:
             changes.append(FileChange(path, "deleted"))
             if not dry_run:

@@ -154,6 +154,24 @@ def test_unrelated_files_are_untouched(unsynced: Project) -> None:
     assert (root / ".claude" / "settings.json").read_text() == '{"shared": true}\n'
 
 
+def test_a_broken_json_file_is_kept_aside_before_it_is_regenerated(unsynced: Project) -> None:
+    root = workspace_path(unsynced)
+    (root / ".claude").mkdir(parents=True)
+    broken = '{"permissions": {"allow": ["Bash(npm:*)"]},,}\n'
+    (root / ".claude" / "settings.local.json").write_text(broken)
+    (root / ".mcp.json").write_text("[1, 2]\n")
+
+    changes = workspace_sync(project=unsynced)
+
+    assert (root / ".claude" / "settings.local.json.invalid").read_text() == broken
+    assert (root / ".mcp.json.invalid").read_text() == "[1, 2]\n"
+    assert _json(root / ".claude" / "settings.local.json") == REGISTERED_SETTINGS
+    assert _json(root / ".mcp.json") == {"mcpServers": {"ask-user": ASK_USER_SERVER}}
+    assert FileChange(root / ".claude" / "settings.local.json.invalid", "created") in changes
+    assert FileChange(root / ".mcp.json.invalid", "created") in changes
+    assert workspace_sync(project=unsynced) == []
+
+
 def test_second_sync_reports_no_changes_and_rewrites_nothing(unsynced: Project) -> None:
     assert workspace_sync(project=unsynced)
     root = workspace_path(unsynced)
