@@ -21,6 +21,8 @@ class QuestionStatus(models.TextChoices):
     DELIVERED = "delivered"
     EXPIRED = "expired"
     CANCELLED = "cancelled"
+    # A newer question of the same run replaced it before anybody answered.
+    SUPERSEDED = "superseded"
 
 
 class QuestionQuerySet(models.QuerySet["Question"]):

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from mcp_server.answers import Answer, format_answer
 from promptmgr import live
 from promptmgr.models import ACTIVE_RUN_STATUSES, Project, Run, RunStatus
 
@@ -32,7 +33,21 @@ MSG_ALREADY_ANSWERED = "This question was already answered."
 MSG_EXPIRED = "This question has expired; Claude was told to proceed without an answer."
 MSG_CANCELLED = "This question was cancelled because the run ended."
 MSG_CONSUMED = "The answer was already collected."
-GONE_MESSAGES = {"expired": MSG_EXPIRED, "cancelled": MSG_CANCELLED, "consumed": MSG_CONSUMED}
+MSG_SUPERSEDED = "This question was replaced by a newer question before anybody answered it."
+GONE_MESSAGES = {
+    "expired": MSG_EXPIRED,
+    "cancelled": MSG_CANCELLED,
+    "consumed": MSG_CONSUMED,
+    "superseded": MSG_SUPERSEDED,
+}
+# The ``reason`` of the ask_user_expired event that closes a question a newer one replaced.
+REASON_SUPERSEDED = "superseded"
+# The tools whose results carry an answer: the MCP tool (CLI engine), the built-in one (SDK).
+MCP_ASK_TOOL = "mcp__ask-user__ask_user"
+SDK_ASK_TOOL = "AskUserQuestion"
+ASK_TOOL_NAMES = frozenset({MCP_ASK_TOOL, SDK_ASK_TOOL})
+# Stored as the mismatch when the ask tool's result had no text at all.
+EMPTY_RESULT = "(the tool result was empty)"
 
 
 class QuestionError(Exception):
@@ -46,7 +61,7 @@ class QuestionError(Exception):
 
 @dataclass(frozen=True)
 class PollResult:
-    status: str  # answered | waiting | expired | cancelled | consumed
+    status: str  # answered | waiting | expired | cancelled | consumed | superseded
     answer: dict[str, Any] | None = None
 
 
@@ -63,14 +78,18 @@ def _payload(question: Question) -> dict[str, Any]:
 # --- Creating a question ----------------------------------------------------------------
 
 
-def _create_question(run_id: int, source: str, questions: list[dict[str, Any]], timeout: int) -> Question:
+def _create_question(
+    run_id: int, source: str, questions: list[dict[str, Any]], timeout: int
+) -> tuple[Question, list[str]]:
+    """The new question and the ids of the pending ones it supersedes."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.status not in ACTIVE_RUN_STATUSES:
             raise QuestionError(410, MSG_RUN_FINISHED)
         # One pending question per run: a newer one supersedes the old.
-        Question.objects.filter(run_id=run_id, status=QuestionStatus.PENDING).update(
-            status=QuestionStatus.EXPIRED
+        superseded = _pending_ids(run_id)
+        Question.objects.filter(question_id__in=superseded, status=QuestionStatus.PENDING).update(
+            status=QuestionStatus.SUPERSEDED
         )
         question = Question.objects.create(
             run=run,
@@ -79,7 +98,7 @@ def _create_question(run_id: int, source: str, questions: list[dict[str, Any]], 
             expires_at=timezone.now() + timedelta(seconds=timeout),
         )
         Run.objects.filter(pk=run_id).update(status=RunStatus.WAITING_FOR_USER)
-    return question
+    return question, superseded
 
 
 def _question_timeout(run_id: int) -> int:
@@ -93,13 +112,24 @@ async def question_create(
     """Store a question, mark the run waiting and push the card to the browser at once."""
     if timeout is None:
         timeout = await sync_to_async(_question_timeout)(run_id)
-    question = await sync_to_async(_create_question)(run_id, source, questions, timeout)
+    question, superseded = await sync_to_async(_create_question)(run_id, source, questions, timeout)
+    for old_id in superseded:
+        await _announce_superseded(run_id, old_id)
     payload = _payload(question)
     payload["timeout"] = timeout
     await live.question_cache_put(run_id, payload, ttl=timeout + live.QUESTION_TTL_GRACE)
     await live.append_event(run_id, "run_status", {"status": RunStatus.WAITING_FOR_USER})
     await question_push_if_unshown(run_id=run_id)
     return payload
+
+
+async def _announce_superseded(run_id: int, question_id: str) -> None:
+    """Close a replaced question's card and end its wait now, not at the next long-poll turn."""
+    await live.question_cache_clear(run_id, question_id)
+    await live.answer_wake(question_id, ttl=live.QUESTION_TTL_GRACE)
+    await live.append_event(
+        run_id, "ask_user_expired", {"question_id": question_id, "reason": REASON_SUPERSEDED}
+    )
 
 
 async def question_push_if_unshown(*, run_id: int) -> bool:
@@ -184,6 +214,8 @@ def _check_open(question: Question) -> None:
         raise QuestionError(409, MSG_ALREADY_ANSWERED)
     if question.status == QuestionStatus.CANCELLED:
         raise QuestionError(410, MSG_CANCELLED)
+    if question.status == QuestionStatus.SUPERSEDED:
+        raise QuestionError(410, MSG_SUPERSEDED)
     if question.status == QuestionStatus.EXPIRED or question.expires_at <= timezone.now():
         raise QuestionError(410, MSG_EXPIRED)
 
@@ -256,24 +288,30 @@ def _question_for_run(question_id: str, run_id: int) -> Question:
     return question
 
 
+_CLOSED_STATUSES = {
+    QuestionStatus.CANCELLED: "cancelled",
+    QuestionStatus.EXPIRED: "expired",
+    QuestionStatus.SUPERSEDED: "superseded",
+}
+
+
 async def answer_wait(*, run_id: int, question_id: str, wait_seconds: float) -> PollResult:
     """The long-poll: the answer the moment it exists, else "waiting" or a final state."""
     question = await sync_to_async(_question_for_run)(question_id, run_id)
-    if question.status == QuestionStatus.CANCELLED:
-        return PollResult("cancelled")
-    if question.status == QuestionStatus.EXPIRED:
-        return PollResult("expired")
+    if question.status in _CLOSED_STATUSES:
+        return PollResult(_CLOSED_STATUSES[QuestionStatus(question.status)])
     remaining = (question.expires_at - timezone.now()).total_seconds()
     answer = await live.answer_pop(question_id, wait_seconds=max(0.0, min(wait_seconds, remaining)))
-    if answer is not None:
+    if answer is not None and answer != live.ANSWER_WAKE:
         return PollResult("answered", answer)
     question = await sync_to_async(_question_for_run)(question_id, run_id)
     if question.status in (QuestionStatus.ANSWERED, QuestionStatus.DELIVERED):
-        # Answered while we waited but already taken by an earlier poll.
-        return PollResult("consumed") if question.answered_at else PollResult("waiting")
-    if question.status == QuestionStatus.CANCELLED:
-        return PollResult("cancelled")
-    if question.expires_at <= timezone.now() or question.status == QuestionStatus.EXPIRED:
+        # The database commits the answer before Redis gets it: until some poll has taken
+        # it, the answer is on its way, not gone.
+        return PollResult("consumed") if await live.answer_taken(question_id) else PollResult("waiting")
+    if question.status in _CLOSED_STATUSES:
+        return PollResult(_CLOSED_STATUSES[QuestionStatus(question.status)])
+    if question.expires_at <= timezone.now():
         await question_expire(question_id=question_id)
         return PollResult("expired")
     return PollResult("waiting")
@@ -282,33 +320,68 @@ async def answer_wait(*, run_id: int, question_id: str, wait_seconds: float) -> 
 # --- Verification -------------------------------------------------------------------------
 
 
-def _mark_delivered(run_id: int, result_text: str) -> tuple[Question, bool] | None:
-    question = (
-        Question.objects.filter(run_id=run_id, status=QuestionStatus.ANSWERED)
-        .order_by("-answered_at")
-        .first()
+def mcp_answer_text(question: Question) -> str:
+    """The text the MCP server returns to Claude for this answered question."""
+    spec = (question.questions or [{}])[0]
+    display = str((question.answers or {}).get(str(spec.get("question", "")), ""))
+    options = spec.get("options") or []
+    selected = (question.selected_options or [[]])[0]
+    labels = [str(options[i].get("label", "")) for i in selected if 0 <= i < len(options)]
+    # The display text is the labels, then the typed text, joined with ", " (askuser.answers).
+    chosen = ", ".join(labels)
+    other = display[len(chosen) + 2 :] if labels else display
+    answer = Answer(
+        text=display, selected_labels=tuple(labels), other_text=other or None, notes=question.notes
     )
-    if question is None:
+    return format_answer(answer)
+
+
+def answer_reached_claude(question: Question, result_text: str) -> bool:
+    """Whether the ask tool's result carries exactly the answer the user sent."""
+    if question.source == QuestionSource.SDK:
+        # The CLI writes each answer as "question"="answer"; the quotes bound the value.
+        return all(f'"{q}"="{a}"' in result_text for q, a in (question.answers or {}).items())
+    expected = mcp_answer_text(question)
+    # Whole lines: "User selected: A" must not pass for "User selected: A, B".
+    return f"\n{expected}\n" in f"\n{result_text}\n"
+
+
+def _verify_delivery(run_id: int, result_text: str) -> tuple[Question, bool] | None:
+    """Match the ask tool's result with the answered question it delivers, once.
+
+    The verdict is final either way: a delivered question is no longer answered, and a
+    mismatch is recorded (and reported) once and never checked again.
+    """
+    waiting = list(
+        Question.objects.filter(run_id=run_id, status=QuestionStatus.ANSWERED, delivery_mismatch="").order_by(
+            "-answered_at"
+        )
+    )
+    if not waiting:
         return None
-    expected = [str(v) for v in (question.answers or {}).values()]
-    ok = all(text in result_text for text in expected)
-    if ok:
-        question.status = QuestionStatus.DELIVERED
-        question.delivered_at = timezone.now()
+    matched = next((q for q in waiting if answer_reached_claude(q, result_text)), None)
+    question = matched or waiting[0]
+    unverified = Question.objects.filter(pk=question.pk, status=QuestionStatus.ANSWERED, delivery_mismatch="")
+    if matched is not None:
+        updated = unverified.update(status=QuestionStatus.DELIVERED, delivered_at=timezone.now())
     else:
-        question.delivery_mismatch = result_text[:2000]
-    question.save(update_fields=["status", "delivered_at", "delivery_mismatch"])
-    return question, ok
+        updated = unverified.update(delivery_mismatch=result_text[:2000] or EMPTY_RESULT)
+    if not updated:
+        return None  # another check got there first
+    return question, matched is not None
 
 
 async def question_result_seen(*, run_id: int, result: dict[str, Any]) -> None:
-    """The tool result of a question came back: check Claude got what the user sent."""
+    """The ask tool's result came back: check Claude got what the user sent.
+
+    The runner calls this only for results of the ask tools (``ASK_TOOL_NAMES``).
+    """
     if result.get("is_error"):
         return
-    marked = await sync_to_async(_mark_delivered)(run_id, str(result.get("content", "")))
-    if marked is None:
+    verdict = await sync_to_async(_verify_delivery)(run_id, str(result.get("content", "")))
+    if verdict is None:
         return
-    question, ok = marked
+    question, ok = verdict
     if not ok:
         logger.warning("answer to question %s reached Claude altered", question.question_id)
     await live.append_event(

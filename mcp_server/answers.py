@@ -17,6 +17,10 @@ NOTES_SUFFIX = "\nNotes: {notes}"
 
 TIMED_OUT = "User did not respond within {seconds} seconds. Proceed with your best judgment."
 CANCELLED = "The question was cancelled (the run is ending). Do not wait for an answer."
+SUPERSEDED = (
+    "This question was replaced by a newer question before the user answered; "
+    "rely on the answer to the newer question."
+)
 RUN_ENDED = "The run has already ended, so the question was not shown. Do not wait for an answer."
 UNREACHABLE = "Could not reach PromptManager to ask the user ({reason}). Proceed with your best judgment."
 REJECTED = "PromptManager rejected the question ({detail}). Fix the arguments and call ask_user again."

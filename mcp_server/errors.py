@@ -38,3 +38,7 @@ class QuestionExpired(RelayError):
 
 class QuestionCancelled(RelayError):
     """The run is ending; nobody will answer."""
+
+
+class QuestionSuperseded(QuestionCancelled):
+    """A newer question replaced this one before the user answered; nobody will answer it."""

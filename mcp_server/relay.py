@@ -6,7 +6,8 @@ Contract (Django side: ``askuser/api.py``), both calls authenticated with
 - ``POST /api/askuser/relay-question`` → 201 ``{question_id, expires_at, timeout}``;
   401/403 bad token, 410 run finished, 422 bad body ``{detail}``.
 - ``GET /api/askuser/poll-answer?question_id=…`` → held by the server up to ~25 s, then
-  200 answered, 202 still waiting (poll again at once), 410 ``{status: expired|cancelled}``.
+  200 answered, 202 still waiting (poll again at once),
+  410 ``{status: expired|cancelled|superseded|consumed}``.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .errors import (
     QuestionCancelled,
     QuestionExpired,
     QuestionRejected,
+    QuestionSuperseded,
     RelayAuthRejected,
     RelayUnavailable,
     RunFinished,
@@ -218,7 +220,7 @@ async def poll_answer(
 ) -> Answer | None:
     """One long-poll: the answer, or None while the user has not answered yet.
 
-    Raises QuestionExpired / QuestionCancelled on 410, RelayAuthRejected on 401/403,
+    Raises QuestionExpired / QuestionSuperseded / QuestionCancelled on 410, RelayAuthRejected on 401/403,
     RelayUnavailable on an unexpected reply, and ``_Transient`` for failures worth retrying.
     """
     try:
@@ -239,6 +241,8 @@ async def poll_answer(
             raise QuestionExpired(timeout)
         if status == "consumed":
             raise RelayUnavailable("the answer was already collected by an earlier request")
+        if status == "superseded":
+            raise QuestionSuperseded(_detail(response))
         # "cancelled", or no status at all: the run itself has finished.
         raise QuestionCancelled(_detail(response))
     if response.status_code != 200:

@@ -18,7 +18,14 @@ from pydantic import Field, WithJsonSchema
 
 from . import answers
 from .config import CONFIG_ENV_VAR, ConfigError, load_config
-from .errors import QuestionCancelled, QuestionExpired, QuestionRejected, RelayUnavailable, RunFinished
+from .errors import (
+    QuestionCancelled,
+    QuestionExpired,
+    QuestionRejected,
+    QuestionSuperseded,
+    RelayUnavailable,
+    RunFinished,
+)
 from .relay import ClientFactory, Option, Question, default_client, relay_question, wait_for_answer
 
 SERVER_NAME = "ask-user"
@@ -99,6 +106,8 @@ async def ask_user(
             answer = await wait_for_answer(client, config, relayed)
         except QuestionExpired as exc:
             return _text_result(answers.timed_out(exc.timeout), is_error=True)
+        except QuestionSuperseded:
+            return _text_result(answers.SUPERSEDED, is_error=True)
         except QuestionCancelled:
             return _text_result(answers.CANCELLED, is_error=True)
         except RunFinished:

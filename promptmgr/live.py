@@ -27,6 +27,10 @@ _sync_client: redis.Redis | None = None
 SOCKET_TIMEOUT = 65
 QUESTION_TTL_GRACE = 60  # seconds a question stays cached after it expires
 RELAY_TOKEN_TTL_GRACE = 300
+# Longer than any question lives (900 s at most), so a late poll still learns "consumed".
+ANSWER_TAKEN_TTL = 3600
+# Pushed in place of an answer to end a long-poll early; never a real answer's shape.
+ANSWER_WAKE: dict[str, Any] = {"wake": True}
 
 
 def _prefix() -> str:
@@ -68,9 +72,19 @@ def question_shown_key(run_id: int) -> str:
     return f"{_prefix()}:{run_tag(run_id)}:shown"
 
 
+def answer_tag(question_id: str) -> str:
+    return f"{{answer:{question_id}}}"
+
+
 def answer_key(question_id: str) -> str:
     """A one-element list the answer is pushed to; poll-answer pops it (consumed once)."""
-    return f"{_prefix()}:answer:{question_id}"
+    return f"{_prefix()}:{answer_tag(question_id)}:handoff"
+
+
+def answer_taken_key(question_id: str) -> str:
+    """Where a popped answer is moved: its existence says a waiting side collected it."""
+    # Same hash tag as answer_key: the atomic move works on Redis Cluster too.
+    return f"{_prefix()}:{answer_tag(question_id)}:taken"
 
 
 def relay_token_key(run_id: int) -> str:
@@ -362,11 +376,35 @@ async def answer_push(question_id: str, answer: dict[str, Any], *, ttl: int) -> 
     await pipe.execute()
 
 
+async def answer_wake(question_id: str, *, ttl: int) -> None:
+    """Wake a poll waiting for a question that closed without an answer.
+
+    The poll gets ``ANSWER_WAKE`` instead of an answer and reads why from the database.
+    """
+    await answer_push(question_id, ANSWER_WAKE, ttl=ttl)
+
+
 async def answer_pop(question_id: str, *, wait_seconds: float) -> dict[str, Any] | None:
-    """Take the answer (once), waiting up to ``wait_seconds`` for it to arrive."""
+    """Take the answer (once), waiting up to ``wait_seconds`` for it to arrive.
+
+    The answer is moved, atomically, to the taken key: from that moment ``answer_taken``
+    says it was collected, while an answer recorded but not yet pushed is not.
+    """
     client = get_async_redis()
+    source, taken = answer_key(question_id), answer_taken_key(question_id)
+    raw: Any
     if wait_seconds <= 0:
-        raw: Any = await client.lpop(answer_key(question_id))
-        return json.loads(raw) if raw else None
-    result: Any = await client.blpop([answer_key(question_id)], timeout=wait_seconds)
-    return json.loads(result[1]) if result else None
+        raw = await client.lmove(source, taken, "LEFT", "RIGHT")
+    else:
+        # Redis takes fractional seconds here; redis-py's annotation says int.
+        raw = await client.blmove(source, taken, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
+    if not raw:
+        return None
+    await client.expire(taken, ANSWER_TAKEN_TTL)
+    answer: dict[str, Any] = json.loads(raw)
+    return answer
+
+
+async def answer_taken(question_id: str) -> bool:
+    """Whether a waiting side already popped this question's answer."""
+    return bool(await get_async_redis().exists(answer_taken_key(question_id)))

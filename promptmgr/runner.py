@@ -143,6 +143,8 @@ class RunSupervisor:
         self.ask_user = False
         self.ask_user_timeout = settings.ASK_USER_DEFAULT_TIMEOUT
         self.relay: askuser_runtime.RelaySession | None = None
+        # Ids of the ask tools' calls: only their results are checked against the answer.
+        self.ask_tool_use_ids: set[str] = set()
         self.emitted: list[live.Event] = []
         self._pending: list[tuple[str, dict[str, Any]]] = []
         self._batching = False
@@ -331,7 +333,10 @@ class RunSupervisor:
             if event == "result":
                 self.result = data
             await self.emit(event, data)
-            if event == "tool_result" and self.ask_user:
+            if event == "tool_use" and self.ask_user and data.get("name") in askuser_services.ASK_TOOL_NAMES:
+                self.ask_tool_use_ids.add(str(data.get("id")))
+            elif event == "tool_result" and data.get("tool_use_id") in self.ask_tool_use_ids:
+                self.ask_tool_use_ids.discard(str(data["tool_use_id"]))
                 # The verdict must follow the tool result it is about.
                 await self._flush()
                 await askuser_services.question_result_seen(run_id=self.run_id, result=data)

@@ -24,7 +24,7 @@ from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPe
 from askuser import services as askuser_services
 from askuser.models import QuestionSource
 from askuser.services import PollResult, QuestionError
-from mcp_server.answers import CANCELLED, RUN_ENDED, TIMED_OUT
+from mcp_server.answers import CANCELLED, RUN_ENDED, SUPERSEDED, TIMED_OUT
 from promptmgr.models import PermissionMode
 
 logger = logging.getLogger(__name__)
@@ -165,6 +165,8 @@ class PermissionGate:
             return PermissionResultDeny(message=CANCELLED)
         if result.status == "expired":
             return PermissionResultDeny(message=TIMED_OUT.format(seconds=card["timeout"]))
+        if result.status == "superseded":
+            return PermissionResultDeny(message=SUPERSEDED)
         updated = answered_input(tool_input, result.answer or {}) if result.status == "answered" else None
         if updated is None:
             return PermissionResultDeny(message=MSG_ASK_FAILED.format(error=MSG_CONSUMED))

@@ -92,6 +92,19 @@ async def test_a_cancelled_question_tells_claude_not_to_wait(
 
 
 @pytest.mark.asyncio
+async def test_a_superseded_question_tells_claude_to_rely_on_the_newer_one(
+    relay: FakeRelay, write_config: Callable[..., Path]
+) -> None:
+    relay.poll_replies = [Reply(410, {"status": "superseded", "detail": "Replaced by a newer question."})]
+
+    result = await ask_user(str(write_config(relay.url)), "Proceed?", None, False, None)
+
+    assert result.is_error
+    assert text_of(result) == answers.SUPERSEDED
+    assert "did not respond" not in text_of(result)
+
+
+@pytest.mark.asyncio
 async def test_a_refused_token_is_reported_as_unreachable(
     relay: FakeRelay, write_config: Callable[..., Path]
 ) -> None:

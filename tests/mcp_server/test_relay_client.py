@@ -13,6 +13,7 @@ from mcp_server.errors import (
     QuestionCancelled,
     QuestionExpired,
     QuestionRejected,
+    QuestionSuperseded,
     RelayAuthRejected,
     RelayUnavailable,
     RunFinished,
@@ -118,6 +119,16 @@ async def test_a_410_cancelled_ends_the_wait_as_cancelled(relay: FakeRelay) -> N
 
     with pytest.raises(QuestionCancelled):
         await ask(relay)
+
+
+@pytest.mark.asyncio
+async def test_a_410_superseded_ends_the_wait_as_superseded_not_as_a_timeout(relay: FakeRelay) -> None:
+    relay.poll_replies = [waiting(), Reply(410, {"status": "superseded", "detail": "Replaced."})]
+
+    with pytest.raises(QuestionSuperseded):
+        await ask(relay)
+
+    assert len(relay.requests_to("/poll-answer")) == 2
 
 
 @pytest.mark.asyncio

@@ -1,0 +1,89 @@
+"""The answer hand-off behind poll-answer: the database and Redis are written one after the other.
+
+Narrow tests of ``answer_wait`` against the test database and the real Redis; the gap
+between ``answer_submit``'s commit and its push is simulated by writing only the first half.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from askuser import services
+from askuser.models import Question, QuestionSource, QuestionStatus
+from promptmgr import live
+from promptmgr.models import Conversation, Run, RunStatus
+from tests.helpers import make_project
+
+QUESTION = {
+    "question": "Proceed?",
+    "header": "",
+    "options": [{"label": "Yes", "description": ""}, {"label": "No", "description": ""}],
+    "multiSelect": False,
+}
+HANDOFF = {
+    "answer": "Yes",
+    "selectedOptions": [0],
+    "selectedLabels": ["Yes"],
+    "otherText": None,
+    "notes": None,
+    "answers": {"Proceed?": "Yes"},
+}
+
+
+def active_run(owner: Any) -> Run:
+    conversation = Conversation.objects.create(project=make_project(owner=owner), user=owner)
+    return Run.objects.create(conversation=conversation, user=owner, prompt="p", status=RunStatus.RUNNING)
+
+
+def record_answer_in_the_database_only(question_id: str, user: Any) -> None:
+    """What ``answer_submit`` has done the instant before it pushes the answer to Redis."""
+    Question.objects.filter(question_id=question_id).update(
+        status=QuestionStatus.ANSWERED,
+        answers={"Proceed?": "Yes"},
+        selected_options=[[0]],
+        answered_by=user,
+        answered_at=timezone.now(),
+    )
+
+
+@pytest.mark.asyncio
+async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_then_consumed(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = active_run(alice)
+    card = await services.question_create(
+        run_id=run.pk, source=QuestionSource.MCP, questions=[QUESTION], timeout=300
+    )
+    question_id = card["question_id"]
+    record_answer_in_the_database_only(question_id, alice)
+
+    gap = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
+    assert gap.status == "waiting"
+
+    await live.answer_push(question_id, HANDOFF, ttl=60)
+    taken = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
+    assert taken == services.PollResult("answered", HANDOFF)
+
+    again = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
+    assert again.status == "consumed"
+
+
+@pytest.mark.asyncio
+async def test_a_waiting_poll_is_not_told_consumed_before_anybody_took_the_answer(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = active_run(alice)
+    card = await services.question_create(
+        run_id=run.pk, source=QuestionSource.SDK, questions=[QUESTION], timeout=300
+    )
+    question_id = card["question_id"]
+    record_answer_in_the_database_only(question_id, alice)
+
+    # The SDK engine polls in one-second slices; none of them may give the answer up for gone.
+    for _ in range(3):
+        result = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.1)
+        assert result.status == "waiting"
+    assert not await live.answer_taken(question_id)

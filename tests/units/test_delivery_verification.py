@@ -1,0 +1,151 @@
+"""Delivery verification: only the ask tool's own result is checked against the answer.
+
+The run supervisor's line handler is fed stream-json lines directly, with the test
+database and the real Redis behind it; no CLI runs.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from askuser import services
+from askuser.models import Question, QuestionSource
+from promptmgr import live
+from promptmgr.models import Conversation, Run, RunStatus
+from promptmgr.processes import Line
+from promptmgr.runner import RunContext, RunSupervisor
+from tests.helpers import make_project
+
+QUESTION = {
+    "question": "Which database?",
+    "header": "DB",
+    "options": [{"label": "SQLite", "description": ""}, {"label": "PostgreSQL", "description": ""}],
+    "multiSelect": False,
+}
+
+
+def tool_use(tool_use_id: str, name: str) -> Line:
+    block = {"type": "tool_use", "id": tool_use_id, "name": name, "input": {}}
+    return Line(json.dumps({"type": "assistant", "message": {"content": [block]}}).encode())
+
+
+def tool_result(tool_use_id: str, text: str) -> Line:
+    block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": [{"type": "text", "text": text}]}
+    return Line(json.dumps({"type": "user", "message": {"content": [block]}}).encode())
+
+
+def supervisor_with_context(owner: Any) -> tuple[RunSupervisor, RunContext]:
+    project = make_project(owner=owner)
+    conversation = Conversation.objects.create(project=project, user=owner)
+    run = Run.objects.create(conversation=conversation, user=owner, prompt="p", status=RunStatus.RUNNING)
+    supervisor = RunSupervisor(run.pk)
+    supervisor.ask_user = True
+    return supervisor, RunContext(run=run, project=project, conversation=conversation)
+
+
+async def answered_question(run_id: int, user: Any, source: str = QuestionSource.MCP) -> str:
+    card = await services.question_create(run_id=run_id, source=source, questions=[QUESTION], timeout=300)
+    question_id = str(card["question_id"])
+    await services.answer_submit(question_id=question_id, user=user, body={"selectedOptions": [1]})
+    return question_id
+
+
+async def verdicts(run_id: int) -> list[dict[str, Any]]:
+    return [e.data for e in await live.read_events(run_id, 0) if e.event == "ask_user_delivered"]
+
+
+@pytest.mark.asyncio
+async def test_an_unrelated_tool_result_neither_delivers_nor_mismatches_the_answer(
+    transactional_db: Any, alice: Any
+) -> None:
+    supervisor, ctx = supervisor_with_context(alice)
+    question_id = await answered_question(ctx.run.pk, alice)
+
+    await supervisor._on_line(ctx, tool_use("toolu_bash", "Bash"))
+    await supervisor._on_line(ctx, tool_result("toolu_bash", "total 0\ndrwxr-xr-x 2 root root 40 ."))
+
+    question = Question.objects.get(question_id=question_id)
+    assert question.status == "answered" and question.delivery_mismatch == ""
+    assert await verdicts(ctx.run.pk) == []
+
+    await supervisor._on_line(ctx, tool_use("toolu_ask", services.MCP_ASK_TOOL))
+    await supervisor._on_line(ctx, tool_result("toolu_ask", "User selected: PostgreSQL"))
+
+    question = Question.objects.get(question_id=question_id)
+    assert question.status == "delivered" and question.delivered_at is not None
+    expected = {"question_id": question_id, "ok": True, "answers": {"Which database?": "PostgreSQL"}}
+    assert await verdicts(ctx.run.pk) == [expected]
+
+
+@pytest.mark.asyncio
+async def test_a_mismatch_is_recorded_and_reported_once_and_never_flipped(
+    transactional_db: Any, alice: Any
+) -> None:
+    supervisor, ctx = supervisor_with_context(alice)
+    question_id = await answered_question(ctx.run.pk, alice)
+
+    await supervisor._on_line(ctx, tool_use("toolu_ask", services.MCP_ASK_TOOL))
+    await supervisor._on_line(ctx, tool_result("toolu_ask", "User selected: SQLite"))
+    # A later ask result that would match must not turn the recorded mismatch into a delivery.
+    await supervisor._on_line(ctx, tool_use("toolu_again", services.MCP_ASK_TOOL))
+    await supervisor._on_line(ctx, tool_result("toolu_again", "User selected: PostgreSQL"))
+
+    question = Question.objects.get(question_id=question_id)
+    assert question.status == "answered" and question.delivered_at is None
+    assert question.delivery_mismatch == "User selected: SQLite"
+    assert [v["ok"] for v in await verdicts(ctx.run.pk)] == [False]
+
+
+@pytest.mark.asyncio
+async def test_the_sdk_tools_result_marks_its_question_delivered(transactional_db: Any, alice: Any) -> None:
+    supervisor, ctx = supervisor_with_context(alice)
+    question_id = await answered_question(ctx.run.pk, alice, source=QuestionSource.SDK)
+    text = 'Your questions have been answered: "Which database?"="PostgreSQL". You can now continue.'
+
+    await supervisor._on_line(ctx, tool_use("toolu_sdk", services.SDK_ASK_TOOL))
+    await supervisor._on_line(ctx, tool_result("toolu_sdk", text))
+
+    assert Question.objects.get(question_id=question_id).status == "delivered"
+    assert [v["ok"] for v in await verdicts(ctx.run.pk)] == [True]
+
+
+def unsaved(source: str, answers: dict[str, str], selected: list[int], notes: str = "") -> Question:
+    return Question(
+        source=source,
+        questions=[{**QUESTION, "multiSelect": True}],
+        answers=answers,
+        selected_options=[selected],
+        notes=notes,
+    )
+
+
+@pytest.mark.parametrize(
+    ("result_text", "ok"),
+    [
+        ("User selected: SQLite, PostgreSQL. User also wrote: DuckDB\nNotes: for tests", True),
+        ("User selected: SQLite, PostgreSQL. User also wrote: DuckDB", False),
+        ("User selected: SQLite, PostgreSQL. User also wrote: DuckDB too\nNotes: for tests", False),
+        ("User selected: SQLite\nNotes: for tests", False),
+    ],
+)
+def test_an_mcp_answer_must_arrive_whole(result_text: str, ok: bool) -> None:
+    question = unsaved(
+        QuestionSource.MCP, {"Which database?": "SQLite, PostgreSQL, DuckDB"}, [0, 1], "for tests"
+    )
+    assert services.answer_reached_claude(question, result_text) is ok
+
+
+@pytest.mark.parametrize(
+    ("result_text", "ok"),
+    [
+        ('Your questions have been answered: "Which database?"="SQLite". You can now continue.', True),
+        ('Your questions have been answered: "Which database?"="SQLite, PostgreSQL".', False),
+        ("Your questions have been answered: SQLite.", False),
+    ],
+)
+def test_an_sdk_answer_must_arrive_as_its_own_value(result_text: str, ok: bool) -> None:
+    question = unsaved(QuestionSource.SDK, {"Which database?": "SQLite"}, [0])
+    assert services.answer_reached_claude(question, result_text) is ok

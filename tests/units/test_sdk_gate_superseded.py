@@ -1,0 +1,50 @@
+"""The SDK engine's AskUserQuestion gate when a newer question replaces the one it waits on.
+
+The gate runs against the test database and the real Redis; no CLI runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from claude_agent_sdk import PermissionResultDeny, ToolPermissionContext
+
+from askuser import services
+from askuser.models import Question, QuestionSource
+from mcp_server.answers import SUPERSEDED
+from promptmgr.engines.permissions import ASK_USER_QUESTION, PermissionGate
+from promptmgr.models import Conversation, Run, RunStatus
+from tests.helpers import make_project
+
+ASKED = {"questions": [{"question": "Which database?", "header": "DB", "options": [], "multiSelect": False}]}
+
+
+async def nothing_to_catch_up() -> None:
+    return None
+
+
+@pytest.mark.asyncio
+async def test_a_superseded_question_is_denied_with_the_superseded_sentence(
+    transactional_db: Any, alice: Any
+) -> None:
+    conversation = Conversation.objects.create(project=make_project(owner=alice), user=alice)
+    run = Run.objects.create(conversation=conversation, user=alice, prompt="p", status=RunStatus.RUNNING)
+    gate = PermissionGate(
+        run_id=run.pk,
+        permission_mode="default",
+        ask_user=True,
+        stopping=asyncio.Event(),
+        caught_up=nothing_to_catch_up,
+    )
+    asking = asyncio.create_task(gate.can_use_tool(ASK_USER_QUESTION, ASKED, ToolPermissionContext()))
+    while not Question.objects.filter(run=run).exists():
+        await asyncio.sleep(0.05)
+
+    newer = {"question": "Which database, really?", "header": "", "options": [], "multiSelect": False}
+    await services.question_create(run_id=run.pk, source=QuestionSource.SDK, questions=[newer], timeout=300)
+
+    result = await asyncio.wait_for(asking, timeout=5)
+    assert isinstance(result, PermissionResultDeny)
+    assert result.message == SUPERSEDED
