@@ -279,6 +279,22 @@ async def release_run_slot(run_id: int, user_id: int) -> None:
     await client.srem(active_runs_key(), run_id)
 
 
+async def run_slot_holders(user_id: int) -> set[int]:
+    """The runs holding a slot of this user's cap or of the global one."""
+    client = get_async_redis()
+    members: Any = await client.sunion([user_runs_key(user_id), active_runs_key()])
+    return {int(m) for m in members}
+
+
+async def release_slots_of(run_ids: Iterable[int], user_id: int) -> None:
+    """Free the slots of runs that are no longer active, whoever started them."""
+    ids = list(run_ids)
+    if ids:
+        client = get_async_redis()
+        await client.srem(user_runs_key(user_id), *ids)
+        await client.srem(active_runs_key(), *ids)
+
+
 def release_run_slots_sync(run_ids: Iterable[tuple[int, int]]) -> None:
     client = get_redis()
     for run_id, user_id in run_ids:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 import redis
@@ -12,6 +13,8 @@ from django.db import transaction
 
 from promptmgr import live, runner
 from promptmgr.models import Conversation, Project, Run, RunEvent, RunStatus
+
+logger = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS = 100_000
 MSG_EMPTY_PROMPT = "Type a prompt first."
@@ -88,15 +91,49 @@ def _discard_run(run_id: int) -> None:
         conversation.delete()
 
 
+def _ended_among(run_ids: set[int]) -> set[int]:
+    return run_ids - set(Run.objects.active().filter(pk__in=run_ids).values_list("pk", flat=True))
+
+
+async def _claim_slot(run: Run) -> int:
+    """Claim a concurrency slot; at a cap, first free slots of runs that already ended.
+
+    A run that ended while Redis was unreachable could not give its slot back, and it
+    must not hold it for ever.
+    """
+    claimed = await live.claim_run_slot(
+        run.pk, run.user_id, per_user=settings.RUNS_PER_USER, total=settings.RUNS_GLOBAL
+    )
+    if claimed > 0:
+        return claimed
+    holders = await live.run_slot_holders(run.user_id)
+    ended = await sync_to_async(_ended_among)(holders)
+    if not ended:
+        return claimed
+    logger.warning("freed the run slots of ended runs %s", sorted(ended))
+    for user_id, run_ids in (await sync_to_async(_by_user)(ended, run.user_id)).items():
+        await live.release_slots_of(run_ids, user_id)
+    return await live.claim_run_slot(
+        run.pk, run.user_id, per_user=settings.RUNS_PER_USER, total=settings.RUNS_GLOBAL
+    )
+
+
+def _by_user(run_ids: set[int], fallback_user_id: int) -> dict[int, list[int]]:
+    """Runs grouped by who started them; runs no longer in the database go to the fallback."""
+    by_user: dict[int, list[int]] = {}
+    found = dict(Run.objects.filter(pk__in=run_ids).values_list("pk", "user_id"))
+    for run_id in run_ids:
+        by_user.setdefault(found.get(run_id, fallback_user_id), []).append(run_id)
+    return by_user
+
+
 async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id: int | None = None) -> Run:
     """Create the run, claim a concurrency slot and start supervising it in this worker."""
     run = await sync_to_async(_create_run)(
         user=user, project_id=project_id, prompt=prompt, conversation_id=conversation_id
     )
     try:
-        claimed = await live.claim_run_slot(
-            run.pk, run.user_id, per_user=settings.RUNS_PER_USER, total=settings.RUNS_GLOBAL
-        )
+        claimed = await _claim_slot(run)
         if claimed > 0:
             await live.append_event(
                 run.pk,

@@ -6,8 +6,9 @@ from typing import Any
 
 import httpx
 
+from promptmgr import live
 from promptmgr.models import Run
-from tests.helpers import SLOW_TEXT, login_client, make_project, read_sse, script, start_run
+from tests.helpers import SLOW_TEXT, login_client, make_project, read_sse, script, start_run, wait_until
 
 
 def test_another_users_run_events_status_and_cancel_are_404(app_server: Any, alice: Any, bob: Any) -> None:
@@ -87,6 +88,24 @@ def test_per_user_cap_answers_429_and_leaves_no_run_behind(
     read_sse(client, first["events_url"])
     # The slot is free again once the run has ended.
     second = start_run(client, project.pk, script({"text": "now it fits"}))
+    assert read_sse(client, second["events_url"])[-1].data == {"status": "completed"}
+
+
+def test_a_slot_still_held_by_a_run_that_ended_is_freed_at_the_cap(
+    app_server: Any, alice: Any, settings: Any
+) -> None:
+    settings.RUNS_PER_USER = 1
+    project = make_project(owner=alice)
+    client = login_client(app_server, "alice", "alice-password")
+    first = start_run(client, project.pk, script({"text": "done"}))
+    read_sse(client, first["events_url"])
+    slots = live.get_redis()
+    wait_until(lambda: not slots.exists(live.user_runs_key(alice.pk)), timeout=5, what="the slot given back")
+    # As if Redis had been unreachable when the run ended: its slot was never given back.
+    slots.sadd(live.user_runs_key(alice.pk), first["run_id"])
+    slots.sadd(live.active_runs_key(), first["run_id"])
+
+    second = start_run(client, project.pk, script({"text": "it fits"}))
     assert read_sse(client, second["events_url"])[-1].data == {"status": "completed"}
 
 
