@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 TOKEN_PREFIX = "pmr"
 _TOKEN_RE = re.compile(r"^pmr_(\d{1,18})_([A-Za-z0-9_-]{43,})$")
+# Anywhere in a line of output: a token a tool printed (cat $ASK_USER_CONFIG) is hidden.
+_TOKEN_IN_TEXT_RE = re.compile(rb"pmr_\d{1,18}_[A-Za-z0-9_-]{43,}")
+REDACTED = b"pmr_[redacted]"
 _RUN_DIR_RE = re.compile(r"^run-(\d{1,18})-[0-9a-f]+$")
 
 
@@ -113,6 +116,13 @@ async def relay_token_run_id(token: str) -> int | None:
     if ended:
         raise RunEnded(run_id)
     return run_id
+
+
+def redact_tokens(data: bytes) -> bytes:
+    """``data`` with every relay token replaced, so none reaches the browser or the database."""
+    if b"pmr_" not in data:  # the usual case, at the cost of one scan
+        return data
+    return _TOKEN_IN_TEXT_RE.sub(REDACTED, data)
 
 
 def sweep_stale_secrets() -> int:

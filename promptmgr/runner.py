@@ -52,7 +52,7 @@ MSG_MAX_DURATION = "Stopped: the run exceeded the maximum duration of {seconds} 
 MSG_IDLE = "Stopped: Claude Code printed nothing for {seconds} s."
 MSG_NO_RESULT = "Claude Code exited with code {code} before finishing the turn."
 MSG_NOT_JSON = "Claude Code printed a line that is not stream-json: {preview}"
-MSG_TRUNCATED = "A {size} MB line from Claude Code was cut to {limit} MB."
+MSG_TRUNCATED = "Claude Code printed a line of more than {limit} MB; it was left out of the stream."
 MSG_SPAWN_FAILED = "Could not start Claude Code: {error}"
 MSG_REDIS_LOST = "Lost the connection to Redis ({error}); the run was stopped."
 
@@ -317,19 +317,21 @@ class RunSupervisor:
 
     async def _on_line(self, ctx: RunContext, line: Line) -> None:
         if line.truncated:
-            size = len(line.data) // (1024 * 1024)
-            await self.emit("error", {"message": MSG_TRUNCATED.format(size=f"{size}+", limit=size)})
+            limit = len(line.data) // (1024 * 1024)
+            await self.emit("error", {"message": MSG_TRUNCATED.format(limit=limit)})
             return
+        raw = askuser_runtime.redact_tokens(line.data)
         try:
-            parsed = live.decode_json(line.data)
-        except ValueError:  # not JSON, or not UTF-8
-            parsed = None
-        if not isinstance(parsed, dict):
-            await self._on_garbage(line.data)
+            parsed = live.decode_json(raw)
+            translated = translate(parsed) if isinstance(parsed, dict) else None
+        except ValueError:  # not JSON, not UTF-8, or not shaped like stream-json
+            translated = None
+        if translated is None or not isinstance(parsed, dict):
+            await self._on_garbage(raw)
             return
         if parsed.get("type") == "system" and parsed.get("subtype") == "init" and parsed.get("session_id"):
             await sync_to_async(_save_session_id)(ctx.conversation.pk, str(parsed["session_id"]))
-        for event, data in translate(parsed):
+        for event, data in translated:
             if event == "result":
                 self.result = data
             await self.emit(event, data)

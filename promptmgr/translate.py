@@ -143,8 +143,19 @@ def _tool_progress(line: dict[str, Any]) -> Translated:
     return [("tool_progress", {k: line.get(k) for k in keep if k in line})]
 
 
+class MalformedLine(ValueError):
+    """A JSON line whose shape is not stream-json (a block that is not an object, …)."""
+
+
 def translate(line: dict[str, Any]) -> Translated:
-    """The events one stream-json line becomes (often none)."""
+    """The events one stream-json line becomes (often none); MalformedLine for bad shapes."""
+    try:
+        return _translate(line)
+    except (AttributeError, TypeError, KeyError) as exc:
+        raise MalformedLine(str(exc)) from exc
+
+
+def _translate(line: dict[str, Any]) -> Translated:
     kind = line.get("type")
     if kind == "system":
         return _session(line) if line.get("subtype") == "init" else []

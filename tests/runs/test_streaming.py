@@ -104,6 +104,26 @@ def test_a_cli_that_dies_gives_a_clear_error_and_a_failed_run(app_server: Any, a
     assert processes_in(workspace_path(project)) == []
 
 
+def test_json_that_is_not_shaped_like_stream_json_is_reported_as_garbage(
+    app_server: Any, alice: Any, settings: Any, tmp_path: Path
+) -> None:
+    fake = tmp_path / "odd-claude"
+    fake.write_text('#!/bin/sh\necho \'{"type": "assistant", "message": {"content": [1]}}\'\nexit 0\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    settings.CLAUDE_CLI_PATH = str(fake)
+    project = make_project(owner=alice)
+    client = login_client(app_server, "alice", "alice-password")
+    started = start_run(client, project.pk, "hello")
+    events = read_sse(client, started["events_url"])
+    errors = [e.data["message"] for e in events if e.event == "error"]
+    assert (
+        'Claude Code printed a line that is not stream-json: {"type": "assistant", "message": {"content": [1]}}'
+        in errors
+    )
+    assert events[-1].data == {"status": "failed"}
+    assert "Could not start Claude Code" not in Run.objects.get(pk=started["run_id"]).error
+
+
 def test_a_cli_that_prints_garbage_fails_the_run_with_the_garbage_shown(
     app_server: Any, alice: Any, settings: Any, tmp_path: Path
 ) -> None:

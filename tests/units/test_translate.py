@@ -75,3 +75,17 @@ def test_storage_drops_only_deltas_a_complete_text_repeats() -> None:
         Event(5, "done", {}),
     ]
     assert [e.id for e in for_storage(events)] == [2, 3, 4, 5]
+
+
+def test_json_of_the_wrong_shape_is_refused_as_malformed_not_a_crash() -> None:
+    import pytest
+
+    from promptmgr.translate import MalformedLine
+
+    for line in (
+        {"type": "assistant", "message": {"content": [1]}},
+        {"type": "assistant", "message": "text"},
+        {"type": "stream_event", "event": ["x"]},
+    ):
+        with pytest.raises(MalformedLine):
+            translate(line)
