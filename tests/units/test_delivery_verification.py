@@ -46,7 +46,7 @@ def supervisor_with_context(owner: Any) -> tuple[RunSupervisor, RunContext]:
     return supervisor, RunContext(run=run, project=project, conversation=conversation)
 
 
-async def answered_question(run_id: int, user: Any, source: str = QuestionSource.MCP) -> str:
+async def answered_question(run_id: int, user: Any, source: QuestionSource = QuestionSource.MCP) -> str:
     card = await services.question_create(run_id=run_id, source=source, questions=[QUESTION], timeout=300)
     question_id = str(card["question_id"])
     await services.answer_submit(question_id=question_id, user=user, body={"selectedOptions": [1]})
