@@ -79,6 +79,15 @@ def _text(value: Any) -> str:
     return text
 
 
+def _indices(value: Any) -> list[Any]:
+    """The selected option indices as sent: absent means none, anything but a list is refused."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise AnswerError(MSG_SHAPE)
+    return value
+
+
 def _validate(spec: dict[str, Any], selected: list[Any], other: str) -> QuestionAnswer:
     question = str(spec.get("question", ""))
     options = spec.get("options") or []
@@ -118,7 +127,9 @@ def normalize_answers(questions: list[dict[str, Any]], body: dict[str, Any]) -> 
     notes = _text(body.get("notes"))
     answers = body.get("answers")
     if answers is not None:
-        if not isinstance(answers, dict):
+        # Both shapes at once would leave half of the request silently unused.
+        mixed = body.get("answer") is not None or body.get("selectedOptions") is not None
+        if mixed or not isinstance(answers, dict):
             raise AnswerError(MSG_SHAPE)
         known = {str(q.get("question", "")) for q in questions}
         for key in answers:
@@ -131,9 +142,7 @@ def normalize_answers(questions: list[dict[str, Any]], body: dict[str, Any]) -> 
                 raise AnswerError(MSG_MISSING.format(question=text))
             value = answers[text]
             if isinstance(value, dict):
-                selected = value.get("selected") or []
-                if not isinstance(selected, list):
-                    raise AnswerError(MSG_SHAPE)
+                selected = _indices(value.get("selected"))
                 items.append(_validate(spec, selected, _text(value.get("other"))))
             else:
                 selected, other = _from_string(spec, _text(value))
@@ -141,8 +150,6 @@ def normalize_answers(questions: list[dict[str, Any]], body: dict[str, Any]) -> 
     else:
         if len(questions) != 1:
             raise AnswerError(MSG_SINGLE_ONLY.format(count=len(questions)))
-        selected = body.get("selectedOptions") or []
-        if not isinstance(selected, list):
-            raise AnswerError(MSG_SHAPE)
+        selected = _indices(body.get("selectedOptions"))
         items = [_validate(questions[0], selected, _text(body.get("answer")))]
     return FormAnswer(items=items, notes=notes, display={i.question: i.display for i in items})
