@@ -9,15 +9,29 @@ from playwright.sync_api import expect
 
 from tests.conftest import LiveServer
 from tests.helpers import browser_login, login_client, make_project, script
-from tests.pages.chat import PROMPT, QUOTE, OpenChat, ask, last_reply, send_prompt
+from tests.pages.chat import (
+    HOLD_EVENTS_AFTER_ANSWER,
+    PROMPT,
+    QUOTE,
+    OpenChat,
+    ask,
+    last_reply,
+    release_events,
+    send_prompt,
+    wait_until_claude_went_on,
+)
 
 WAITING_TITLE = re.compile(r"^\(\?\) Claude is waiting — ")
 XSS = "<img src=x onerror=alert(1)>"
+ANSWER_SENT = "Answer sent, waiting for Claude…"
+DELIVERED = "Delivered to Claude ✓"
+ENABLED_INPUTS = "input:enabled, textarea:enabled, button:enabled"
 
 
-def test_an_option_picked_on_the_card_reaches_claude(open_chat: OpenChat, alice: Any) -> None:
+def test_an_option_picked_on_the_card_reaches_claude(open_chat: OpenChat, page: Any, alice: Any) -> None:
+    page.add_init_script(HOLD_EVENTS_AFTER_ANSWER)
     project = make_project(owner=alice)
-    page = open_chat(project)
+    open_chat(project)
 
     send_prompt(page, script(ask("Which database?", ["SQLite", "PostgreSQL"], header="DB"), QUOTE))
 
@@ -30,15 +44,31 @@ def test_an_option_picked_on_the_card_reaches_claude(open_chat: OpenChat, alice:
     expect(card.locator(".qcard-countdown")).to_have_text(re.compile(r"^\d+:\d\d left$"))
     expect(page.locator("[data-role=status]")).to_have_text("Waiting for you")
     expect(page).to_have_title(WAITING_TITLE)
-    page.screenshot(path="/tmp/card.png")
 
     card.locator(".qcard-option", has_text="PostgreSQL").click()
     card.get_by_role("button", name="Send answer").click()
 
+    # Answered: the card is read-only and waits for Claude, even once Claude has gone on,
+    # until this page hears of it.
+    expect(card.locator(".qcard-status")).to_have_text(ANSWER_SENT)
+    expect(card.locator(".qcard-status .spinner")).to_have_count(1)
+    expect(card.locator(".qcard-sent")).to_have_text("Answered by you: PostgreSQL")
+    expect(card.locator(".qcard-form")).to_be_visible()
+    expect(card.locator("input[type=radio]:checked")).to_have_count(1)
+    expect(card.get_by_role("button", name="Send answer")).to_be_disabled()
+    expect(card.locator(ENABLED_INPUTS)).to_have_count(0)
+    expect(card.locator(".qcard-answer")).to_have_count(0)
+    expect(page).not_to_have_title(WAITING_TITLE)
+    wait_until_claude_went_on(page)
+    expect(card.locator(".qcard-status")).to_have_text(ANSWER_SENT)
+    expect(card.locator(".qcard-answer")).to_have_count(0)
+    release_events(page)
+
     expect(last_reply(page)).to_contain_text("User selected: PostgreSQL")
     expect(card.locator(".qcard-answer")).to_have_text("You answered: PostgreSQL")
+    expect(card.locator(".qcard-sent")).to_have_count(0)
     expect(card.locator(".qcard-form")).to_be_hidden()
-    expect(card.locator(".qcard-status")).to_have_text("Delivered to Claude ✓")
+    expect(card.locator(".qcard-status")).to_have_text(DELIVERED)
     expect(page).not_to_have_title(WAITING_TITLE)
     expect(page.locator("[data-role=status]")).to_have_text("Completed")
 
@@ -222,10 +252,11 @@ def test_a_question_answered_elsewhere_closes_the_card_here(
 
 
 def test_an_answer_in_one_tab_closes_the_card_in_another(
-    open_chat: OpenChat, app_server: LiveServer, browser: Any, alice: Any
+    open_chat: OpenChat, page: Any, app_server: LiveServer, browser: Any, alice: Any
 ) -> None:
+    page.add_init_script(HOLD_EVENTS_AFTER_ANSWER)
     project = make_project(owner=alice)
-    page = open_chat(project)
+    open_chat(project)
     send_prompt(page, script(ask("Ship it?", ["Yes", "No"]), QUOTE))
     expect(page.locator(".qcard.is-pending")).to_be_visible()
     expect(page).to_have_url(re.compile(r"\?c=\d+$"))
@@ -241,8 +272,106 @@ def test_an_answer_in_one_tab_closes_the_card_in_another(
     finally:
         context.close()
 
+    # This tab's card leaves its input state at once and waits for Claude with the other tab.
+    card = page.locator(".qcard")
+    expect(card.locator(".qcard-sent")).to_have_text("Answered by you: No")
+    expect(card.locator(".qcard-asked")).to_have_text("Ship it?")
+    expect(card.locator(".qcard-status")).to_have_text(ANSWER_SENT)
+    expect(card.locator(".qcard-form")).to_be_hidden()
+    expect(card.locator(ENABLED_INPUTS)).to_have_count(0)
+    expect(page).not_to_have_title(WAITING_TITLE)
+    wait_until_claude_went_on(page)
+    expect(card.locator(".qcard-answer")).to_have_count(0)
+    release_events(page)
+
     expect(page.locator(".qcard-answer")).to_have_text("You answered: No")
+    expect(card.locator(".qcard-status")).to_have_text(DELIVERED)
     expect(last_reply(page)).to_contain_text("User selected: No")
+
+
+def test_a_colleagues_answer_says_who_answered(
+    open_chat: OpenChat, page: Any, app_server: LiveServer, alice: Any, bob: Any
+) -> None:
+    page.add_init_script(HOLD_EVENTS_AFTER_ANSWER)
+    project = make_project(owner=alice, members=(bob,))
+    open_chat(project)
+    send_prompt(page, script(ask("Which database?", ["SQLite", "PostgreSQL"]), QUOTE))
+    expect(page.locator(".qcard.is-pending")).to_be_visible()
+    question_id = page.locator(".qcard").get_attribute("data-question-id")
+
+    colleague = login_client(app_server, "bob", "bob-password")
+    response = colleague.post(
+        "/api/askuser/submit-answer",
+        json={"question_id": question_id, "selectedOptions": [0], "notes": "one file is enough"},
+    )
+    assert response.status_code == 200, response.text
+
+    card = page.locator(".qcard")
+    expect(card.locator(".qcard-sent")).to_have_text("Answered by bob: SQLite")
+    expect(card.locator(".qcard-status")).to_have_text(ANSWER_SENT)
+    expect(card.locator(".qcard-form")).to_be_hidden()
+    expect(page).not_to_have_title(WAITING_TITLE)
+    wait_until_claude_went_on(page)
+    release_events(page)
+
+    expect(card.locator(".qcard-answer")).to_have_text("bob answered: SQLite")
+    expect(card.locator(".qcard-answer-notes")).to_have_text("Note: one file is enough")
+    expect(card.locator(".qcard-status")).to_have_text(DELIVERED)
+    expect(last_reply(page)).to_contain_text("User selected: SQLite")
+
+
+def test_an_answer_claude_received_altered_shows_a_warning(
+    open_chat: OpenChat, page: Any, alice: Any
+) -> None:
+    page.add_init_script(HOLD_EVENTS_AFTER_ANSWER)
+    project = make_project(owner=alice)
+    open_chat(project)
+    send_prompt(page, script(ask("Ship it?", ["Yes", "No"]), QUOTE))
+    card = page.locator(".qcard")
+    expect(card).to_have_class(re.compile(r"\bis-pending\b"))
+    page.keyboard.press("1")
+    page.keyboard.press("Enter")
+    expect(card.locator(".qcard-sent")).to_have_text("Answered by you: Yes")
+    question_id = card.get_attribute("data-question-id")
+
+    # The server reports a mismatch only when the CLI alters an answer, which it never does on cue.
+    page.evaluate(
+        "(id) => window.__injectEvent('ask_user_delivered', {question_id: id, ok: false, answers: {}})",
+        question_id,
+    )
+
+    expect(card.locator(".qcard-answer")).to_have_text("You answered: Yes")
+    expect(card.locator(".qcard-status")).to_have_text(
+        "Warning: Claude received a different answer than the one sent."
+    )
+    expect(card.locator(".qcard-status")).to_be_visible()
+    expect(card).to_have_class(re.compile(r"\bis-mismatch\b"))
+    release_events(page)
+    expect(page.locator("[data-role=status]")).to_have_text("Completed")
+
+
+def test_a_question_replaced_by_a_newer_one_says_so(open_chat: OpenChat, page: Any, alice: Any) -> None:
+    page.add_init_script(HOLD_EVENTS_AFTER_ANSWER)
+    project = make_project(owner=alice)
+    open_chat(project)
+    send_prompt(page, script(ask("Which database?", ["SQLite", "PostgreSQL"]), QUOTE))
+    card = page.locator(".qcard")
+    expect(card).to_have_class(re.compile(r"\bis-pending\b"))
+    question_id = card.get_attribute("data-question-id")
+
+    page.evaluate(
+        "(id) => window.__injectEvent('ask_user_expired', {question_id: id, reason: 'superseded'})",
+        question_id,
+    )
+
+    expect(card.locator(".qcard-closed")).to_have_text("Replaced by a newer question")
+    expect(card.locator(".qcard-asked")).to_have_text("Which database?")
+    expect(card.locator(".qcard-form")).to_be_hidden()
+    expect(page).not_to_have_title(WAITING_TITLE)
+    # The run's end does not rewrite why the card closed.
+    page.get_by_role("button", name="Cancel").click()
+    expect(page.locator("[data-role=status]")).to_have_text("Cancelled")
+    expect(card.locator(".qcard-closed")).to_have_text("Replaced by a newer question")
 
 
 def test_a_pending_question_comes_back_after_a_reload(open_chat: OpenChat, alice: Any) -> None:
@@ -273,6 +402,7 @@ def test_cancelling_the_run_cancels_its_question(open_chat: OpenChat, alice: Any
 
     card = page.locator(".qcard")
     expect(card.locator(".qcard-closed")).to_contain_text("Question cancelled")
+    expect(card.locator(".qcard-closed")).to_have_text("Question cancelled (the run ended)")
     expect(card.locator(".qcard-form")).to_be_hidden()
     expect(page.locator("[data-role=status]")).to_have_text("Cancelled")
     expect(page).not_to_have_title(WAITING_TITLE)
@@ -287,6 +417,7 @@ def test_an_unanswered_question_times_out_on_the_card(open_chat: OpenChat, alice
     expect(card.locator(".qcard-countdown")).to_have_class(re.compile(r"\bis-urgent\b"))
 
     expect(card.locator(".qcard-closed")).to_contain_text("Question timed out", timeout=60_000)
+    expect(card.locator(".qcard-closed strong")).to_have_text("Question timed out")
     expect(card.locator(".qcard-form")).to_be_hidden()
     expect(last_reply(page)).to_contain_text("User did not respond within 30 seconds")
     expect(page).not_to_have_title(WAITING_TITLE)

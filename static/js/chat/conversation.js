@@ -6,6 +6,14 @@ import { QuestionCard } from "./question-card.js";
 import { ACTIVE_STATUSES, RunView, STATUS_LABELS } from "./render.js";
 import { RunStream } from "./stream.js";
 
+// After an answer, the first of these shows Claude went on: the answered card collapses.
+const CONTINUATION_EVENTS = new Set(["tool_result", "assistant_text", "text_delta", "done"]);
+const FINAL_RUN_STATUSES = new Set(["completed", "failed"]);
+
+function claudeContinued(name, data) {
+  return CONTINUATION_EVENTS.has(name) || (name === "run_status" && FINAL_RUN_STATUSES.has(data.status));
+}
+
 export class ConversationView {
   /**
    * @param parts {stream, welcome, title, status, cancel, connection, prompt} elements of the page
@@ -132,6 +140,9 @@ export class ConversationView {
   dispatch(run, name, id, data, live) {
     if (!run.accept(id)) return;
     const follow = isNearEnd(this.parts.stream);
+    if (claudeContinued(name, data)) {
+      for (const card of this.cards.values()) if (card.runId === run.runId) card.markContinued();
+    }
     switch (name) {
       case "prompt":
         run.showPrompt(data.text, data.user === this.config.username ? "You" : data.user);

@@ -2,6 +2,7 @@
 
 import { el, formatCountdown } from "./dom.js";
 import { QuestionFields } from "./question-form.js";
+import { CLOSED_REASONS, UNKNOWN_REASON, answerLines, answeredBy } from "./question-summary.js";
 
 const URGENT_SECONDS = 30;
 
@@ -20,6 +21,8 @@ export class QuestionCard {
     this.username = username;
     this.onChange = onChange || (() => {});
     this.state = "pending";
+    this.answer = null;
+    this.submitted = false;
     this.timer = null;
 
     this.fields = this.questions.map(
@@ -157,6 +160,7 @@ export class QuestionCard {
       return;
     }
     if (this.state === "sending") {
+      this.submitted = true;
       this.setState("sent");
       this.showStatus("Answer sent, waiting for Claude…", true);
     }
@@ -178,34 +182,48 @@ export class QuestionCard {
     }
   }
 
-  /** ask_user_answered: collapse to a summary of what was answered (here or in any other tab). */
+  /**
+   * ask_user_answered (from this tab or any other): the answer is on its way to Claude.
+   * The card turns read-only and says who answered what; it collapses once Claude continues.
+   */
   markAnswered(data) {
-    if (this.state === "answered" || this.state === "delivered") return;
-    const who = data.answered_by && data.answered_by !== this.username ? `${data.answered_by} answered` : "You answered";
-    const answers = data.answers || {};
-    const texts = this.questions.map((q) => answers[q.question]).filter((t) => t !== undefined);
-    const lines = [];
-    if (this.questions.length <= 1) {
-      lines.push(el("p", { class: "qcard-answer" }, `${who}: `, el("strong", { text: texts[0] ?? Object.values(answers)[0] ?? "" })));
-    } else {
-      lines.push(el("p", { class: "qcard-answer", text: `${who}:` }));
-      const list = el("ul", { class: "qcard-answer-list" });
-      for (const q of this.questions) {
-        list.append(el("li", {}, el("span", { class: "qcard-answer-q", text: `${q.question} ` }), el("strong", { text: answers[q.question] ?? "" })));
-      }
-      lines.push(list);
-    }
+    if (this.state !== "pending" && this.state !== "sending" && this.state !== "sent") return;
+    // Answered from another tab or by another user: these inputs do not hold that answer.
+    const answeredHere = this.state === "sending" || this.submitted;
+    this.answer = data;
+    this.setState("sent");
+    window.clearInterval(this.timer);
+    this.countdown.textContent = "";
+    this.setFormDisabled(true);
+    this.form.hidden = !answeredHere;
+    this.element.classList.remove("is-pending");
+    this.element.classList.add("is-sent");
+    this.badge.textContent = "Claude asked";
+    const who = answeredBy(data, this.username);
+    const heading = who === "You" ? "Answered by you" : `Answered by ${who}`;
+    const asked = answeredHere ? null : this.askedLine();
+    this.summary.replaceChildren(...[asked, ...answerLines(heading, this.questions, data.answers || {}, "sent")].filter(Boolean));
+    this.summary.hidden = false;
+    this.showStatus("Answer sent, waiting for Claude…", true);
+  }
+
+  /** Claude went on after the answer (its tool result, text, or the run's end): collapse. */
+  markContinued() {
+    if (this.state !== "sent" || !this.answer) return;
+    const data = this.answer;
+    const lines = answerLines(`${answeredBy(data, this.username)} answered`, this.questions, data.answers || {}, "answer");
     if (data.notes) lines.push(el("p", { class: "qcard-answer-notes" }, "Note: ", data.notes));
-    // A form of several questions lists them with their answers; one question says it above.
-    const asked = this.questions.length <= 1 ? el("p", { class: "qcard-asked", text: this.questionSummary() }) : null;
-    this.summary.replaceChildren(...[asked, ...lines].filter(Boolean));
+    this.summary.replaceChildren(...[this.askedLine(), ...lines].filter(Boolean));
+    this.element.classList.remove("is-sent");
     this.close("is-answered", "", "");
     this.setState("answered");
-    this.showStatus("Waiting for Claude to continue…", false);
+    this.status.hidden = true;
   }
 
   /** ask_user_delivered: did Claude receive exactly what the user sent? */
   markDelivered(data) {
+    this.markContinued();
+    if (this.state !== "answered" && this.state !== "delivered") return;
     if (data.ok) {
       this.setState("delivered");
       this.element.classList.add("is-delivered");
@@ -216,21 +234,25 @@ export class QuestionCard {
     }
   }
 
-  /** ask_user_expired: the question timed out, or the run ended before an answer. */
+  /** ask_user_expired: timed out, the run ended, or Claude asked a newer question instead. */
   markExpired(data) {
-    if (!this.pending && this.state !== "sent") return;
-    const timedOut = data.reason !== "cancelled";
+    // An answer the server recorded is never expired; its card waits for Claude instead.
+    if (this.answer || (!this.pending && this.state !== "sent")) return;
+    const reason = CLOSED_REASONS[data.reason] || UNKNOWN_REASON;
     this.summary.replaceChildren(el("p", { class: "qcard-asked", text: this.questionSummary() }));
-    this.close(
-      timedOut ? "is-expired" : "is-cancelled",
-      timedOut ? "Question timed out" : "Question cancelled",
-      timedOut ? "Claude was told to continue without an answer." : "The run ended before it was answered.",
-    );
+    this.element.classList.remove("is-sent");
+    this.close(reason.stateClass, reason.heading, reason.detail);
   }
 
-  /** The run ended with this question never closed by an event (an old, broken run). */
+  /** The run ended: an answered card saw Claude finish; one never closed by an event is orphaned. */
   markOrphaned() {
-    if (this.pending || this.state === "sent") this.markExpired({ reason: "cancelled" });
+    if (this.state === "sent" && this.answer) this.markContinued();
+    else if (this.pending || this.state === "sent") this.markExpired({ reason: "cancelled" });
+  }
+
+  /** The question in one line, for a card whose inputs are hidden; a form's list names them. */
+  askedLine() {
+    return this.questions.length <= 1 ? el("p", { class: "qcard-asked", text: this.questionSummary() }) : null;
   }
 
   close(stateClass, heading, detail) {
