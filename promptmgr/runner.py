@@ -28,6 +28,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
+from askuser import delivery as askuser_delivery
 from askuser import runtime as askuser_runtime
 from askuser import services as askuser_services
 
@@ -335,13 +336,13 @@ class RunSupervisor:
             if event == "result":
                 self.result = data
             await self.emit(event, data)
-            if event == "tool_use" and self.ask_user and data.get("name") in askuser_services.ASK_TOOL_NAMES:
+            if event == "tool_use" and self.ask_user and data.get("name") in askuser_delivery.ASK_TOOL_NAMES:
                 self.ask_tool_use_ids.add(str(data.get("id")))
             elif event == "tool_result" and data.get("tool_use_id") in self.ask_tool_use_ids:
                 self.ask_tool_use_ids.discard(str(data["tool_use_id"]))
                 # The verdict must follow the tool result it is about.
                 await self._flush()
-                await askuser_services.question_result_seen(run_id=self.run_id, result=data)
+                await askuser_delivery.question_result_seen(run_id=self.run_id, result=data)
 
     async def _on_garbage(self, data: bytes) -> None:
         self.garbage += 1

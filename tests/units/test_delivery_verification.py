@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from askuser import services
+from askuser import delivery, services
 from askuser.models import Question, QuestionSource
 from promptmgr import live
 from promptmgr.models import Conversation, Run, RunStatus
@@ -71,7 +71,7 @@ async def test_an_unrelated_tool_result_neither_delivers_nor_mismatches_the_answ
     assert question.status == "answered" and question.delivery_mismatch == ""
     assert await verdicts(ctx.run.pk) == []
 
-    await supervisor._on_line(ctx, tool_use("toolu_ask", services.MCP_ASK_TOOL))
+    await supervisor._on_line(ctx, tool_use("toolu_ask", delivery.MCP_ASK_TOOL))
     await supervisor._on_line(ctx, tool_result("toolu_ask", "User selected: PostgreSQL"))
 
     question = Question.objects.get(question_id=question_id)
@@ -87,10 +87,10 @@ async def test_a_mismatch_is_recorded_and_reported_once_and_never_flipped(
     supervisor, ctx = supervisor_with_context(alice)
     question_id = await answered_question(ctx.run.pk, alice)
 
-    await supervisor._on_line(ctx, tool_use("toolu_ask", services.MCP_ASK_TOOL))
+    await supervisor._on_line(ctx, tool_use("toolu_ask", delivery.MCP_ASK_TOOL))
     await supervisor._on_line(ctx, tool_result("toolu_ask", "User selected: SQLite"))
     # A later ask result that would match must not turn the recorded mismatch into a delivery.
-    await supervisor._on_line(ctx, tool_use("toolu_again", services.MCP_ASK_TOOL))
+    await supervisor._on_line(ctx, tool_use("toolu_again", delivery.MCP_ASK_TOOL))
     await supervisor._on_line(ctx, tool_result("toolu_again", "User selected: PostgreSQL"))
 
     question = Question.objects.get(question_id=question_id)
@@ -105,7 +105,7 @@ async def test_the_sdk_tools_result_marks_its_question_delivered(transactional_d
     question_id = await answered_question(ctx.run.pk, alice, source=QuestionSource.SDK)
     text = 'Your questions have been answered: "Which database?"="PostgreSQL". You can now continue.'
 
-    await supervisor._on_line(ctx, tool_use("toolu_sdk", services.SDK_ASK_TOOL))
+    await supervisor._on_line(ctx, tool_use("toolu_sdk", delivery.SDK_ASK_TOOL))
     await supervisor._on_line(ctx, tool_result("toolu_sdk", text))
 
     assert Question.objects.get(question_id=question_id).status == "delivered"
@@ -135,7 +135,7 @@ def test_an_mcp_answer_must_arrive_whole(result_text: str, ok: bool) -> None:
     question = unsaved(
         QuestionSource.MCP, {"Which database?": "SQLite, PostgreSQL, DuckDB"}, [0, 1], "for tests"
     )
-    assert services.answer_reached_claude(question, result_text) is ok
+    assert delivery.answer_reached_claude(question, result_text) is ok
 
 
 @pytest.mark.parametrize(
@@ -148,4 +148,4 @@ def test_an_mcp_answer_must_arrive_whole(result_text: str, ok: bool) -> None:
 )
 def test_an_sdk_answer_must_arrive_as_its_own_value(result_text: str, ok: bool) -> None:
     question = unsaved(QuestionSource.SDK, {"Which database?": "SQLite"}, [0])
-    assert services.answer_reached_claude(question, result_text) is ok
+    assert delivery.answer_reached_claude(question, result_text) is ok
