@@ -13,7 +13,7 @@ logger = logging.getLogger(__name__)
 async def on_startup() -> None:
     """Sweep what a crashed worker left: stale run secrets and runs nobody owns any more."""
     from askuser.runtime import sweep_stale_secrets
-    from promptmgr.runner import recover_orphaned_runs
+    from promptmgr.recovery import recover_orphaned_runs
 
     orphaned = await sync_to_async(recover_orphaned_runs)()
     if orphaned:

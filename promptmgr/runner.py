@@ -19,7 +19,6 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -35,7 +34,8 @@ from askuser import services as askuser_services
 from . import live
 from .cli import build_command, child_env, find_claude_cli
 from .engines import sdk as sdk_engine
-from .models import ACTIVE_RUN_STATUSES, Conversation, Engine, Project, Run, RunEvent, RunStatus
+from .event_history import all_events, persist_events
+from .models import Conversation, Engine, Project, Run, RunStatus
 from .processes import TIMEOUT, Line, ManagedProcess
 from .translate import translate
 from .workspaces import mcp_server_registered, workspace_path, workspace_sync
@@ -105,31 +105,6 @@ def _record_outcome(run_id: int, outcome: Outcome) -> None:
         duration_ms=result.get("duration_ms"),
         num_turns=result.get("num_turns"),
     )
-
-
-def for_storage(events: list[live.Event]) -> list[live.Event]:
-    """What the database keeps: everything but the text deltas a complete
-    ``assistant_text`` repeats (deltas after the last one, e.g. of a cancelled reply, stay)."""
-    last_text = max((i for i, e in enumerate(events) if e.event == "assistant_text"), default=-1)
-    return [e for i, e in enumerate(events) if e.event != "text_delta" or i > last_text]
-
-
-def persist_events(run_id: int, events: list[live.Event]) -> None:
-    """Keep the run's events in the database so the conversation outlives Redis."""
-    RunEvent.objects.bulk_create(
-        [RunEvent(run_id=run_id, seq=e.id, event=e.event, data=e.data) for e in for_storage(events)],
-        ignore_conflicts=True,
-        batch_size=500,
-    )
-
-
-async def _all_events(run_id: int) -> list[live.Event]:
-    events: list[live.Event] = []
-    after = 0
-    while batch := await live.read_events(run_id, after, count=2000):
-        events.extend(batch)
-        after = batch[-1].id
-    return events
 
 
 class RunSupervisor:
@@ -426,7 +401,7 @@ class RunSupervisor:
         )
         # Persisted before "done", so a client that saw "done" finds the history stored;
         # only the "done" row itself follows a moment later.
-        events = await _all_events(self.run_id)
+        events = await all_events(self.run_id)
         await sync_to_async(persist_events)(self.run_id, events)
         await self.emit("done", {"status": outcome.status})
         await sync_to_async(persist_events)(self.run_id, await live.read_events(self.run_id, events[-1].id))
@@ -457,47 +432,3 @@ async def shutdown_all(timeout: float = 20.0) -> None:
         task.cancel()
     if tasks:
         await asyncio.wait(tasks, timeout=timeout)
-
-
-MSG_ORPHANED = "The worker running this prompt stopped unexpectedly."
-ORPHAN_GRACE = timedelta(seconds=OWNER_TTL * 2)
-
-
-def recover_run_if_orphaned(run: Run) -> bool:
-    """Fail an active run whose worker is gone (no owner key in Redis); keep its events.
-
-    Called at start-up for every active run, and by SSE readers of a run that went quiet,
-    so a crashed worker never leaves a run "running" forever.
-    """
-    if run.pk in _tasks or not run.is_active or run.created_at > timezone.now() - ORPHAN_GRACE:
-        return False
-    client = live.get_redis()
-    if client.get(live.owner_key(run.pk)) is not None:
-        return False
-    if not Run.objects.filter(pk=run.pk, status__in=ACTIVE_RUN_STATUSES).update(
-        status=RunStatus.FAILED, ended_at=timezone.now(), error=MSG_ORPHANED
-    ):
-        return False
-    from askuser.models import Question, QuestionStatus
-
-    Question.objects.filter(run_id=run.pk, status=QuestionStatus.PENDING).update(
-        status=QuestionStatus.CANCELLED
-    )
-    live.append_event_sync(run.pk, "error", {"message": MSG_ORPHANED, "final": True})
-    live.append_event_sync(run.pk, "run_status", {"status": RunStatus.FAILED, "error": MSG_ORPHANED})
-    live.append_event_sync(run.pk, "done", {"status": RunStatus.FAILED})
-    persist_events(run.pk, live.read_all_events_sync(run.pk))
-    live.release_run_slots_sync([(run.pk, run.user_id)])
-    return True
-
-
-def recover_orphaned_runs() -> list[int]:
-    """Start-up sweep: every active run nobody owns any more becomes failed."""
-    recovered = []
-    try:
-        for run in Run.objects.active():
-            if recover_run_if_orphaned(run):
-                recovered.append(run.pk)
-    except redis.RedisError:
-        logger.warning("could not look for orphaned runs: Redis is unreachable")
-    return recovered

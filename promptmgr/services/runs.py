@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
 
-from promptmgr import live, runner
+from promptmgr import live, recovery, runner
 from promptmgr.models import Conversation, Project, Run, RunEvent, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -180,7 +180,7 @@ def run_is_active(run_id: int) -> bool:
     run = Run.objects.filter(pk=run_id).first()
     if run is None or not run.is_active:
         return False
-    return not runner.recover_run_if_orphaned(run)
+    return not recovery.recover_run_if_orphaned(run)
 
 
 def conversation_history(conversation: Conversation) -> list[dict[str, Any]]:
