@@ -94,11 +94,13 @@ _test_counter = 0
 
 
 @pytest.fixture(autouse=True)
-def _app_settings(settings: Any, redis_url: str, tmp_path: Path) -> Iterator[None]:
+def _app_settings(settings: Any, redis_url: str, claude_cli: str, tmp_path: Path) -> Iterator[None]:
     """Every test gets its own workspace root and secrets dir, and the real Redis."""
     from promptmgr import live
 
     settings.REDIS_URL = redis_url
+    # Every run uses the bundled CLI (see ``claude_cli``); tests of the lookup order clear it.
+    settings.CLAUDE_CLI_PATH = claude_cli
     # The real hasher is slow on purpose; tests create users and log in all the time.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     # A key prefix per test: nothing leaks between tests, or between parallel test runs.
@@ -185,9 +187,11 @@ def model_settings(settings: Any, scripted_model_url: str) -> Any:
 
 @pytest.fixture(scope="session")
 def claude_cli() -> str:
-    from promptmgr.cli import find_claude_cli
+    """The CLI bundled in claude-agent-sdk: the suite proves the version pinned in
+    pyproject.toml, not whatever ``claude`` a developer has on PATH."""
+    from promptmgr.cli import bundled_cli
 
-    return find_claude_cli()
+    return str(bundled_cli())
 
 
 # --- The app over real HTTP -----------------------------------------------------------

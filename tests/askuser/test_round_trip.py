@@ -112,3 +112,20 @@ def test_second_answer_is_rejected_with_409(app_server: Any, alice: Any) -> None
     assert again.json()["detail"] == "This question was already answered."
     events = read_sse(client, started["events_url"])
     assert tool_results(events) == [{"text": "User selected: Yes", "is_error": False}]
+
+
+def test_in_plan_mode_the_cli_still_lets_claude_ask_and_gets_the_answer(app_server: Any, alice: Any) -> None:
+    # The CLI refuses every tool in plan mode unless it is annotated readOnlyHint.
+    project = make_project(owner=alice, engine="cli", ask_user_enabled=True, permission_mode="plan")
+    client = login_client(app_server, "alice", "alice-password")
+    started = start_run(
+        client, project.pk, script(ask("Plan which way?", ["Small steps", "Big bang"]), QUOTE)
+    )
+    card = next_question(client, started["events_url"])
+    assert submit_answer(client, card.data["question_id"], selectedOptions=[0]).status_code == 200
+    events = read_sse(client, started["events_url"])
+    [session] = [e.data for e in events if e.event == "session"]
+    assert session["permission_mode"] == "plan"
+    assert tool_results(events) == [{"text": "User selected: Small steps", "is_error": False}]
+    assert events[-1].data == {"status": "completed"}
+    assert Run.objects.get(pk=started["run_id"]).status == "completed"

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from typing import Any
 
 import httpx
+import pytest
 
-from promptmgr.cli import bundled_cli, child_env
+from promptmgr.cli import bundled_cli, child_env, find_claude_cli
 from promptmgr.workspaces import workspace_path
 from tests.helpers import make_project, script
 
@@ -37,11 +40,16 @@ def test_the_real_cli_streams_scripted_text_with_the_ask_user_server_connected(
     assert result["is_error"] is False
 
 
-def test_the_cli_in_use_is_the_one_bundled_with_claude_agent_sdk(claude_cli: str, settings: Any) -> None:
-    assert claude_cli == str(bundled_cli())
-    version = subprocess.run(
-        [claude_cli, "--version"], capture_output=True, text=True, check=True, timeout=60
-    )
+def test_with_no_cli_configured_or_on_path_the_one_bundled_with_claude_agent_sdk_runs(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A developer's own `claude` on PATH, or CLAUDE_CLI_PATH, would otherwise take precedence.
+    settings.CLAUDE_CLI_PATH = ""
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    monkeypatch.setenv("PATH", os.pathsep.join(d for d in path if shutil.which("claude", path=d) is None))
+    cli = find_claude_cli()
+    assert cli == str(bundled_cli())
+    version = subprocess.run([cli, "--version"], capture_output=True, text=True, check=True, timeout=60)
     assert "Claude Code" in version.stdout
 
 
