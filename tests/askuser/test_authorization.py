@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from django.conf import settings
 
 from askuser import runtime
 from askuser.models import Question
-from promptmgr.models import Conversation, Run, RunStatus
+from promptmgr.models import Conversation, Run, RunEvent, RunStatus
 from tests.helpers import (
     QUOTE,
     ask,
@@ -247,7 +249,7 @@ def test_the_relay_token_never_appears_in_logs(
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script(ask("Log check?", ["Yes"]), QUOTE))
     card = next_question(client, started["events_url"])
-    [config] = list(__import__("pathlib").Path(app_server.secrets_dir()).glob("run-*/ask-user.json"))
+    [config] = list(Path(app_server.secrets_dir()).glob("run-*/ask-user.json"))
     token = json.loads(config.read_text())["relayToken"]
     assert (config.stat().st_mode & 0o777) == 0o600 and (config.parent.stat().st_mode & 0o777) == 0o700
     assert submit_answer(client, card.data["question_id"], selectedOptions=[0]).status_code == 200
@@ -257,6 +259,16 @@ def test_the_relay_token_never_appears_in_logs(
     everything = "\n".join(r.getMessage() for r in caplog.records) + captured.out + captured.err
     assert token not in everything
     assert token not in json.dumps([e.data for e in events])
+    # Nor in what is kept: the database, the workspace, the CLI's home with its transcripts.
+    stored = [
+        list(RunEvent.objects.values_list("data", flat=True)),
+        list(Run.objects.values_list("error", "usage")),
+        list(Question.objects.values_list("questions", "answers", "delivery_mismatch")),
+    ]
+    assert token not in json.dumps(stored, default=str)
+    kept_files = [p for p in Path(settings.STORAGE_ROOT).rglob("*") if p.is_file()]
+    assert kept_files, "the workspace and the CLI's session files are there to search"
+    assert not [p for p in kept_files if token.encode() in p.read_bytes()]
     # The token is dead the moment the run ended.
     late = httpx.post(
         f"{app_server.url}/api/askuser/relay-question",
