@@ -20,10 +20,6 @@ import pytest
 import redis
 import uvicorn
 
-# Playwright's sync API keeps an event loop in the main thread; Django must still allow
-# ORM calls from the test body.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-
 from tests.helpers import free_port, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -260,11 +256,15 @@ def app_server(transactional_db: Any, model_settings: Any) -> Iterator[LiveServe
 
 
 @pytest.fixture
-def browser() -> Iterator[Any]:
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Chromium for one test. Playwright's sync API keeps an event loop running in the main
     thread while it is open; closing it after each test keeps that loop from leaking into
     the async and asyncio.run-based tests that pytest-django may order after it."""
     from playwright.sync_api import sync_playwright
+
+    # Only while a browser is open may the test body use the ORM beside Playwright's loop;
+    # everywhere else Django's check stays on, so an async view doing sync ORM work fails.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
     if not Path(CHROMIUM).exists():
         pytest.fail(f"Chromium not found at {CHROMIUM} (make test installs Debian's chromium)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from askuser import services
@@ -53,12 +54,12 @@ def record_answer_in_the_database_only(question_id: str, user: Any) -> None:
 async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_then_consumed(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = active_run(alice)
+    run = await sync_to_async(active_run)(alice)
     card = await services.question_create(
         run_id=run.pk, source=QuestionSource.MCP, questions=[QUESTION], timeout=300
     )
     question_id = card["question_id"]
-    record_answer_in_the_database_only(question_id, alice)
+    await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
 
     gap = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
     assert gap.status == "waiting"
@@ -75,12 +76,12 @@ async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_t
 async def test_a_waiting_poll_is_not_told_consumed_before_anybody_took_the_answer(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = active_run(alice)
+    run = await sync_to_async(active_run)(alice)
     card = await services.question_create(
         run_id=run.pk, source=QuestionSource.SDK, questions=[QUESTION], timeout=300
     )
     question_id = card["question_id"]
-    record_answer_in_the_database_only(question_id, alice)
+    await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
 
     # The SDK engine polls in one-second slices; none of them may give the answer up for gone.
     for _ in range(3):

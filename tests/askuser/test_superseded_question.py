@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
 from askuser import runtime, services
@@ -40,13 +41,13 @@ async def ask(run: Run, text: str) -> str:
 async def test_a_newer_question_closes_the_older_card_with_reason_superseded(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = active_run(alice)
+    run = await sync_to_async(active_run)(alice)
     older = await ask(run, "Which database?")
     newer = await ask(run, "Which database, now that staging is gone?")
 
-    assert Question.objects.get(question_id=older).status == "superseded"
-    assert Question.objects.get(question_id=newer).status == "pending"
-    assert Run.objects.get(pk=run.pk).status == "waiting_for_user"
+    assert (await Question.objects.aget(question_id=older)).status == "superseded"
+    assert (await Question.objects.aget(question_id=newer)).status == "pending"
+    assert (await Run.objects.aget(pk=run.pk)).status == "waiting_for_user"
     events = [(e.event, e.data) for e in await live.read_events(run.pk, 0)]
     closing = ("ask_user_expired", {"question_id": older, "reason": services.REASON_SUPERSEDED})
     assert [e for e in events if e[0] == "ask_user_expired"] == [closing]
@@ -62,7 +63,7 @@ async def test_a_newer_question_closes_the_older_card_with_reason_superseded(
 async def test_a_poll_waiting_on_the_older_question_ends_at_once_as_superseded(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = active_run(alice)
+    run = await sync_to_async(active_run)(alice)
     older = await ask(run, "Which database?")
     waiting = asyncio.create_task(services.answer_wait(run_id=run.pk, question_id=older, wait_seconds=20))
     await asyncio.sleep(0.3)
@@ -77,7 +78,7 @@ async def test_a_poll_waiting_on_the_older_question_ends_at_once_as_superseded(
 
 @pytest.mark.asyncio
 async def test_poll_answer_and_submit_answer_say_410_superseded(transactional_db: Any, alice: Any) -> None:
-    run = active_run(alice)
+    run = await sync_to_async(active_run)(alice)
     session = await runtime.relay_session_open(
         run_id=run.pk, project_id=run.conversation.project_id, stream_token="s", timeout=300
     )

@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 
 from askuser import delivery, services
 from askuser.models import Question, QuestionSource
@@ -61,20 +62,20 @@ async def verdicts(run_id: int) -> list[dict[str, Any]]:
 async def test_an_unrelated_tool_result_neither_delivers_nor_mismatches_the_answer(
     transactional_db: Any, alice: Any
 ) -> None:
-    supervisor, ctx = supervisor_with_context(alice)
+    supervisor, ctx = await sync_to_async(supervisor_with_context)(alice)
     question_id = await answered_question(ctx.run.pk, alice)
 
     await supervisor._on_line(ctx, tool_use("toolu_bash", "Bash"))
     await supervisor._on_line(ctx, tool_result("toolu_bash", "total 0\ndrwxr-xr-x 2 root root 40 ."))
 
-    question = Question.objects.get(question_id=question_id)
+    question = await Question.objects.aget(question_id=question_id)
     assert question.status == "answered" and question.delivery_mismatch == ""
     assert await verdicts(ctx.run.pk) == []
 
     await supervisor._on_line(ctx, tool_use("toolu_ask", delivery.MCP_ASK_TOOL))
     await supervisor._on_line(ctx, tool_result("toolu_ask", "User selected: PostgreSQL"))
 
-    question = Question.objects.get(question_id=question_id)
+    question = await Question.objects.aget(question_id=question_id)
     assert question.status == "delivered" and question.delivered_at is not None
     expected = {"question_id": question_id, "ok": True, "answers": {"Which database?": "PostgreSQL"}}
     assert await verdicts(ctx.run.pk) == [expected]
@@ -84,7 +85,7 @@ async def test_an_unrelated_tool_result_neither_delivers_nor_mismatches_the_answ
 async def test_a_mismatch_is_recorded_and_reported_once_and_never_flipped(
     transactional_db: Any, alice: Any
 ) -> None:
-    supervisor, ctx = supervisor_with_context(alice)
+    supervisor, ctx = await sync_to_async(supervisor_with_context)(alice)
     question_id = await answered_question(ctx.run.pk, alice)
 
     await supervisor._on_line(ctx, tool_use("toolu_ask", delivery.MCP_ASK_TOOL))
@@ -93,7 +94,7 @@ async def test_a_mismatch_is_recorded_and_reported_once_and_never_flipped(
     await supervisor._on_line(ctx, tool_use("toolu_again", delivery.MCP_ASK_TOOL))
     await supervisor._on_line(ctx, tool_result("toolu_again", "User selected: PostgreSQL"))
 
-    question = Question.objects.get(question_id=question_id)
+    question = await Question.objects.aget(question_id=question_id)
     assert question.status == "answered" and question.delivered_at is None
     assert question.delivery_mismatch == "User selected: SQLite"
     assert [v["ok"] for v in await verdicts(ctx.run.pk)] == [False]
@@ -101,14 +102,14 @@ async def test_a_mismatch_is_recorded_and_reported_once_and_never_flipped(
 
 @pytest.mark.asyncio
 async def test_the_sdk_tools_result_marks_its_question_delivered(transactional_db: Any, alice: Any) -> None:
-    supervisor, ctx = supervisor_with_context(alice)
+    supervisor, ctx = await sync_to_async(supervisor_with_context)(alice)
     question_id = await answered_question(ctx.run.pk, alice, source=QuestionSource.SDK)
     text = 'Your questions have been answered: "Which database?"="PostgreSQL". You can now continue.'
 
     await supervisor._on_line(ctx, tool_use("toolu_sdk", delivery.SDK_ASK_TOOL))
     await supervisor._on_line(ctx, tool_result("toolu_sdk", text))
 
-    assert Question.objects.get(question_id=question_id).status == "delivered"
+    assert (await Question.objects.aget(question_id=question_id)).status == "delivered"
     assert [v["ok"] for v in await verdicts(ctx.run.pk)] == [True]
 
 

@@ -9,6 +9,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from claude_agent_sdk import PermissionResultDeny, ToolPermissionContext
 
 from askuser import services
@@ -21,6 +22,11 @@ from tests.helpers import make_project
 ASKED = {"questions": [{"question": "Which database?", "header": "DB", "options": [], "multiSelect": False}]}
 
 
+def active_run(owner: Any) -> Run:
+    conversation = Conversation.objects.create(project=make_project(owner=owner), user=owner)
+    return Run.objects.create(conversation=conversation, user=owner, prompt="p", status=RunStatus.RUNNING)
+
+
 async def nothing_to_catch_up() -> None:
     return None
 
@@ -29,8 +35,7 @@ async def nothing_to_catch_up() -> None:
 async def test_a_superseded_question_is_denied_with_the_superseded_sentence(
     transactional_db: Any, alice: Any
 ) -> None:
-    conversation = Conversation.objects.create(project=make_project(owner=alice), user=alice)
-    run = Run.objects.create(conversation=conversation, user=alice, prompt="p", status=RunStatus.RUNNING)
+    run = await sync_to_async(active_run)(alice)
     gate = PermissionGate(
         run_id=run.pk,
         permission_mode="default",
@@ -39,7 +44,7 @@ async def test_a_superseded_question_is_denied_with_the_superseded_sentence(
         caught_up=nothing_to_catch_up,
     )
     asking = asyncio.create_task(gate.can_use_tool(ASK_USER_QUESTION, ASKED, ToolPermissionContext()))
-    while not Question.objects.filter(run=run).exists():
+    while not await Question.objects.filter(run=run).aexists():
         await asyncio.sleep(0.05)
 
     newer = {"question": "Which database, really?", "header": "", "options": [], "multiSelect": False}
