@@ -20,7 +20,7 @@ from bench import app_client, harness
 
 TEE = Path(__file__).resolve().parent / "cli_tee.py"
 PASS_TIMEOUT = 90  # seconds; keeps the whole benchmark bounded if something hangs
-TOKEN_CHARS = 7  # "<NNNNN>": one token per text delta
+TOKEN_CHARS = 7  # "<NNNNN>": one token per text delta the CLI prints
 
 
 @dataclass
@@ -157,9 +157,12 @@ async def _app_pass(client: httpx.AsyncClient, project_id: int, prompt: str) -> 
     for event in await app_client.sse_record(client, url):
         run.nbytes += event.size
         if event.event == "text_delta":
+            # The app merges the deltas of a burst into one event: each CLI delta (one
+            # TOKEN_CHARS piece) counts, arriving when the event that carries it arrived.
             text = str(event.data["text"])
-            token = text[1:-1].encode() if text.startswith("<") else b""
-            run.deltas.append((event.ts_ns, token))
+            for start in range(0, len(text), TOKEN_CHARS):
+                piece = text[start : start + TOKEN_CHARS]
+                run.deltas.append((event.ts_ns, piece[1:-1].encode() if piece.startswith("<") else b""))
         elif event.event == "done":
             run.end_ns = event.ts_ns
             status = str(event.data.get("status"))

@@ -107,6 +107,15 @@ def _record_outcome(run_id: int, outcome: Outcome) -> None:
     )
 
 
+def _same_block(pending: tuple[str, dict[str, Any]], delta: dict[str, Any]) -> bool:
+    event, data = pending
+    return (
+        event == "text_delta"
+        and data.get("index") == delta.get("index")
+        and data.get("parent_tool_use_id") == delta.get("parent_tool_use_id")
+    )
+
+
 class RunSupervisor:
     def __init__(self, run_id: int) -> None:
         self.run_id = run_id
@@ -127,6 +136,11 @@ class RunSupervisor:
 
     async def emit(self, event: str, data: dict[str, Any]) -> None:
         """Append an event; inside a batch of ready lines it waits for the batch's flush."""
+        if event == "text_delta" and self._pending and _same_block(self._pending[-1], data):
+            # Deltas of one block that arrived together become one: the same text in the
+            # same order, at a fraction of the per-event cost when the CLI prints in bursts.
+            self._pending[-1][1]["text"] += data["text"]
+            return
         self._pending.append((event, data))
         if not self._batching:
             await self._flush()

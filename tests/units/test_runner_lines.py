@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from promptmgr import live
-from promptmgr.processes import Line
+from promptmgr.processes import TIMEOUT, Line, LineTimeout
 from promptmgr.runner import RunSupervisor
 
 MiB = 1024 * 1024
@@ -22,3 +23,44 @@ async def test_an_over_long_line_is_left_out_with_a_message_that_says_so() -> No
     assert event.data == {
         "message": "Claude Code printed a line of more than 16 MB; it was left out of the stream."
     }
+
+
+def delta_line(text: str, index: int = 0) -> Line:
+    event = {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}
+    return Line(json.dumps({"type": "stream_event", "event": event}).encode())
+
+
+class ReadyLines:
+    """A process whose further output is already waiting when the supervisor looks."""
+
+    def __init__(self, lines: list[Line]) -> None:
+        self.lines = lines
+
+    def ready_line(self) -> Line | LineTimeout:
+        return self.lines.pop(0) if self.lines else TIMEOUT
+
+    def ack(self) -> None:
+        pass
+
+
+async def test_deltas_of_one_block_that_arrive_together_become_one_event() -> None:
+    supervisor = RunSupervisor(run_id=434343)
+    burst = [delta_line("a"), delta_line("b"), delta_line("c"), delta_line("X", index=1), delta_line("d")]
+    supervisor.process = ReadyLines(burst[1:])  # type: ignore[assignment]
+    ctx: Any = None  # stream_event lines need no run context
+
+    await supervisor._handle_ready(ctx, burst[0])
+
+    events = [(e.event, e.data["text"], e.data["index"]) for e in await live.read_events(434343, 0)]
+    assert events == [("text_delta", "abc", 0), ("text_delta", "X", 1), ("text_delta", "d", 0)]
+
+
+async def test_a_delta_that_arrives_alone_is_streamed_at_once_as_it_came() -> None:
+    supervisor = RunSupervisor(run_id=454545)
+    supervisor.process = ReadyLines([])  # type: ignore[assignment]
+    ctx: Any = None
+
+    await supervisor._handle_ready(ctx, delta_line("a"))
+    await supervisor._handle_ready(ctx, delta_line("b"))
+
+    assert [e.data["text"] for e in await live.read_events(454545, 0)] == ["a", "b"]
