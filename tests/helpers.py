@@ -43,6 +43,25 @@ def make_project(*, owner: Any, members: tuple[Any, ...] = (), sync: bool = True
     return project
 
 
+def make_run(*, owner: Any, project: Any = None, status: str = "running") -> Any:
+    """A run row in a new conversation (no CLI): for tests of the question store and the like."""
+    from promptmgr.models import Conversation, Run
+
+    conversation = Conversation.objects.create(project=project or make_project(owner=owner), user=owner)
+    return Run.objects.create(conversation=conversation, user=owner, prompt="p", status=status)
+
+
+def use_fake_cli(settings: Any, directory: Path, source: str, name: str = "fake-claude") -> Path:
+    """Make every run start ``source`` (an executable script) instead of the real CLI."""
+    import stat
+
+    fake = directory / name
+    fake.write_text(source)
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    settings.CLAUDE_CLI_PATH = str(fake)
+    return fake
+
+
 def login_client(server: LiveServer, username: str, password: str) -> httpx.Client:
     """An httpx client holding a real session cookie and the CSRF token header."""
     client = httpx.Client(base_url=server.url, timeout=30, follow_redirects=False)

@@ -15,8 +15,7 @@ from django.utils import timezone
 from askuser import services
 from askuser.models import Question, QuestionSource, QuestionStatus
 from promptmgr import live
-from promptmgr.models import Conversation, Run, RunStatus
-from tests.helpers import make_project
+from tests.helpers import make_run
 
 QUESTION = {
     "question": "Proceed?",
@@ -34,11 +33,6 @@ HANDOFF = {
 }
 
 
-def active_run(owner: Any) -> Run:
-    conversation = Conversation.objects.create(project=make_project(owner=owner), user=owner)
-    return Run.objects.create(conversation=conversation, user=owner, prompt="p", status=RunStatus.RUNNING)
-
-
 def record_answer_in_the_database_only(question_id: str, user: Any) -> None:
     """What ``answer_submit`` has done the instant before it pushes the answer to Redis."""
     Question.objects.filter(question_id=question_id).update(
@@ -54,7 +48,7 @@ def record_answer_in_the_database_only(question_id: str, user: Any) -> None:
 async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_then_consumed(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await sync_to_async(active_run)(alice)
+    run = await sync_to_async(make_run)(owner=alice)
     card = await services.question_create(
         run_id=run.pk, source=QuestionSource.MCP, questions=[QUESTION], timeout=300
     )
@@ -76,7 +70,7 @@ async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_t
 async def test_a_waiting_poll_is_not_told_consumed_before_anybody_took_the_answer(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await sync_to_async(active_run)(alice)
+    run = await sync_to_async(make_run)(owner=alice)
     card = await services.question_create(
         run_id=run.pk, source=QuestionSource.SDK, questions=[QUESTION], timeout=300
     )

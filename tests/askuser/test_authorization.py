@@ -14,12 +14,13 @@ from django.conf import settings
 
 from askuser import runtime
 from askuser.models import Question
-from promptmgr.models import Conversation, Run, RunEvent, RunStatus
+from promptmgr.models import Run, RunEvent
 from tests.helpers import (
     QUOTE,
     ask,
     login_client,
     make_project,
+    make_run,
     next_question,
     read_sse,
     script,
@@ -31,8 +32,8 @@ QUESTION = {"question": "Proceed?", "options": [{"label": "Yes"}, {"label": "No"
 
 
 def active_run(project: Any, user: Any) -> Run:
-    conversation = Conversation.objects.create(project=project, user=user)
-    return Run.objects.create(conversation=conversation, user=user, prompt="p", status=RunStatus.RUNNING)
+    run: Run = make_run(owner=user, project=project)
+    return run
 
 
 def open_session(run: Run) -> tuple[runtime.RelaySession, str]:

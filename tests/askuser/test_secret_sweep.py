@@ -10,8 +10,8 @@ import pytest
 from django.conf import settings
 
 from askuser.runtime import sweep_stale_secrets
-from promptmgr.models import Conversation, Run, RunStatus
-from tests.helpers import make_project
+from promptmgr.models import Run, RunStatus
+from tests.helpers import make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -24,13 +24,8 @@ def secrets_dir_of(run: Run) -> Path:
 
 
 def test_secrets_of_ended_or_unknown_runs_go_and_a_live_runs_stay_however_old(alice: Any) -> None:
-    conversation = Conversation.objects.create(project=make_project(owner=alice), user=alice)
-    live_run = Run.objects.create(
-        conversation=conversation, user=alice, prompt="p", status=RunStatus.WAITING_FOR_USER
-    )
-    ended_run = Run.objects.create(
-        conversation=conversation, user=alice, prompt="p", status=RunStatus.COMPLETED
-    )
+    live_run = make_run(owner=alice, status=RunStatus.WAITING_FOR_USER)
+    ended_run = make_run(owner=alice, status=RunStatus.COMPLETED)
     kept, gone = secrets_dir_of(live_run), secrets_dir_of(ended_run)
     unknown = Path(settings.RUN_SECRETS_DIR) / "run-999999-0badc0de"
     unknown.mkdir(mode=0o700)

@@ -17,17 +17,12 @@ from django.test import AsyncClient
 from askuser import runtime, services
 from askuser.models import Question, QuestionSource
 from promptmgr import live
-from promptmgr.models import Conversation, Run, RunStatus
-from tests.helpers import make_project
+from promptmgr.models import Run
+from tests.helpers import make_run
 
 
 def card(text: str) -> dict[str, Any]:
     return {"question": text, "header": "", "options": [], "multiSelect": False}
-
-
-def active_run(owner: Any) -> Run:
-    conversation = Conversation.objects.create(project=make_project(owner=owner), user=owner)
-    return Run.objects.create(conversation=conversation, user=owner, prompt="p", status=RunStatus.RUNNING)
 
 
 async def ask(run: Run, text: str) -> str:
@@ -41,7 +36,7 @@ async def ask(run: Run, text: str) -> str:
 async def test_a_newer_question_closes_the_older_card_with_reason_superseded(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await sync_to_async(active_run)(alice)
+    run = await sync_to_async(make_run)(owner=alice)
     older = await ask(run, "Which database?")
     newer = await ask(run, "Which database, now that staging is gone?")
 
@@ -63,7 +58,7 @@ async def test_a_newer_question_closes_the_older_card_with_reason_superseded(
 async def test_a_poll_waiting_on_the_older_question_ends_at_once_as_superseded(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await sync_to_async(active_run)(alice)
+    run = await sync_to_async(make_run)(owner=alice)
     older = await ask(run, "Which database?")
     waiting = asyncio.create_task(services.answer_wait(run_id=run.pk, question_id=older, wait_seconds=20))
     await asyncio.sleep(0.3)
@@ -78,7 +73,7 @@ async def test_a_poll_waiting_on_the_older_question_ends_at_once_as_superseded(
 
 @pytest.mark.asyncio
 async def test_poll_answer_and_submit_answer_say_410_superseded(transactional_db: Any, alice: Any) -> None:
-    run = await sync_to_async(active_run)(alice)
+    run = await sync_to_async(make_run)(owner=alice)
     session = await runtime.relay_session_open(
         run_id=run.pk, project_id=run.conversation.project_id, stream_token="s", timeout=300
     )

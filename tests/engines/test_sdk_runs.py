@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from tests.helpers import (
     read_sse,
     script,
     start_run,
+    use_fake_cli,
     wait_until,
 )
 
@@ -112,10 +112,7 @@ time.sleep(600)
 def test_cancel_kills_a_cli_that_ignores_sigterm_and_its_detached_children(
     app_server: Any, alice: Any, settings: Any, tmp_path: Path
 ) -> None:
-    fake = tmp_path / "stubborn-claude"
-    fake.write_text(STUBBORN_CLI.format(python=sys.executable))
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    settings.CLAUDE_CLI_PATH = str(fake)
+    use_fake_cli(settings, tmp_path, STUBBORN_CLI.format(python=sys.executable), "stubborn-claude")
     project = make_project(owner=alice, engine="sdk")
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, "hello")
@@ -187,10 +184,12 @@ def test_the_cli_environment_holds_none_of_the_servers_secrets(
 def test_a_cli_that_fails_to_start_fails_the_run_with_its_stderr(
     app_server: Any, alice: Any, settings: Any, tmp_path: Path
 ) -> None:
-    fake = tmp_path / "broken-claude"
-    fake.write_text("#!/bin/sh\necho 'Segmentation fault (not json)'\necho 'oops' >&2\nexit 3\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    settings.CLAUDE_CLI_PATH = str(fake)
+    use_fake_cli(
+        settings,
+        tmp_path,
+        "#!/bin/sh\necho 'Segmentation fault (not json)'\necho 'oops' >&2\nexit 3\n",
+        "broken-claude",
+    )
     project = make_project(owner=alice, engine="sdk")
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, "hello")

@@ -4,7 +4,6 @@ Bash commands it runs in sessions of their own, even when they ignore SIGTERM.""
 from __future__ import annotations
 
 import os
-import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from tests.helpers import (
     read_sse,
     script,
     start_run,
+    use_fake_cli,
     wait_until,
 )
 
@@ -65,10 +65,7 @@ time.sleep(600)
 def test_cancel_kills_a_cli_that_ignores_sigterm_and_its_detached_children(
     app_server: Any, alice: Any, settings: Any, tmp_path: Path
 ) -> None:
-    fake = tmp_path / "stubborn-claude"
-    fake.write_text(STUBBORN_CLI.format(python=sys.executable))
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    settings.CLAUDE_CLI_PATH = str(fake)
+    use_fake_cli(settings, tmp_path, STUBBORN_CLI.format(python=sys.executable), "stubborn-claude")
     project = make_project(owner=alice, ask_user_enabled=False)
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, "hello")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import stat
 import threading
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from tests.helpers import (
     read_sse,
     script,
     start_run,
+    use_fake_cli,
     wait_until,
 )
 
@@ -107,10 +107,12 @@ def test_a_cli_that_dies_gives_a_clear_error_and_a_failed_run(app_server: Any, a
 def test_json_that_is_not_shaped_like_stream_json_is_reported_as_garbage(
     app_server: Any, alice: Any, settings: Any, tmp_path: Path
 ) -> None:
-    fake = tmp_path / "odd-claude"
-    fake.write_text('#!/bin/sh\necho \'{"type": "assistant", "message": {"content": [1]}}\'\nexit 0\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    settings.CLAUDE_CLI_PATH = str(fake)
+    use_fake_cli(
+        settings,
+        tmp_path,
+        '#!/bin/sh\necho \'{"type": "assistant", "message": {"content": [1]}}\'\nexit 0\n',
+        "odd-claude",
+    )
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, "hello")
@@ -127,10 +129,12 @@ def test_json_that_is_not_shaped_like_stream_json_is_reported_as_garbage(
 def test_a_cli_that_prints_garbage_fails_the_run_with_the_garbage_shown(
     app_server: Any, alice: Any, settings: Any, tmp_path: Path
 ) -> None:
-    fake = tmp_path / "broken-claude"
-    fake.write_text("#!/bin/sh\necho 'Segmentation fault (not json)'\necho 'oops' >&2\nexit 3\n")
-    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
-    settings.CLAUDE_CLI_PATH = str(fake)
+    use_fake_cli(
+        settings,
+        tmp_path,
+        "#!/bin/sh\necho 'Segmentation fault (not json)'\necho 'oops' >&2\nexit 3\n",
+        "broken-claude",
+    )
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, "hello")

@@ -15,10 +15,9 @@ from asgiref.sync import sync_to_async
 from askuser import delivery, services
 from askuser.models import Question, QuestionSource
 from promptmgr import live
-from promptmgr.models import Conversation, Run, RunStatus
 from promptmgr.processes import Line
 from promptmgr.runner import RunContext, RunSupervisor
-from tests.helpers import make_project
+from tests.helpers import make_run
 
 QUESTION = {
     "question": "Which database?",
@@ -39,12 +38,10 @@ def tool_result(tool_use_id: str, text: str) -> Line:
 
 
 def supervisor_with_context(owner: Any) -> tuple[RunSupervisor, RunContext]:
-    project = make_project(owner=owner)
-    conversation = Conversation.objects.create(project=project, user=owner)
-    run = Run.objects.create(conversation=conversation, user=owner, prompt="p", status=RunStatus.RUNNING)
+    run = make_run(owner=owner)
     supervisor = RunSupervisor(run.pk)
     supervisor.ask_user = True
-    return supervisor, RunContext(run=run, project=project, conversation=conversation)
+    return supervisor, RunContext(run=run, project=run.conversation.project, conversation=run.conversation)
 
 
 async def answered_question(run_id: int, user: Any, source: QuestionSource = QuestionSource.MCP) -> str:

@@ -16,15 +16,9 @@ from askuser import services
 from askuser.models import Question, QuestionSource
 from mcp_server.answers import SUPERSEDED
 from promptmgr.engines.permissions import ASK_USER_QUESTION, PermissionGate
-from promptmgr.models import Conversation, Run, RunStatus
-from tests.helpers import make_project
+from tests.helpers import make_run
 
 ASKED = {"questions": [{"question": "Which database?", "header": "DB", "options": [], "multiSelect": False}]}
-
-
-def active_run(owner: Any) -> Run:
-    conversation = Conversation.objects.create(project=make_project(owner=owner), user=owner)
-    return Run.objects.create(conversation=conversation, user=owner, prompt="p", status=RunStatus.RUNNING)
 
 
 async def nothing_to_catch_up() -> None:
@@ -35,7 +29,7 @@ async def nothing_to_catch_up() -> None:
 async def test_a_superseded_question_is_denied_with_the_superseded_sentence(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await sync_to_async(active_run)(alice)
+    run = await sync_to_async(make_run)(owner=alice)
     gate = PermissionGate(
         run_id=run.pk,
         permission_mode="default",
