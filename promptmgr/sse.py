@@ -37,10 +37,16 @@ class RunEventSource:
 
     def __init__(self, run_id: int) -> None:
         self.run_id = run_id
+        self._in_redis = False  # the stream was seen in Redis; it stays there for hours
 
     async def next_batch(self, after: int, wait_seconds: float) -> list[live.Event]:
-        if await live.stream_exists(self.run_id):
-            return await live.wait_events(self.run_id, after, block_ms=max(1, int(wait_seconds * 1000)))
+        # One round trip per batch while the run streams: the existence check is repeated
+        # only when a wait comes back empty (the stream may have expired meanwhile).
+        if self._in_redis or await live.stream_exists(self.run_id):
+            events = await live.wait_events(self.run_id, after, block_ms=max(1, int(wait_seconds * 1000)))
+            self._in_redis = bool(events) or await live.stream_exists(self.run_id)
+            if events or self._in_redis:
+                return events
         stored = await sync_to_async(stored_events)(self.run_id, after)
         if stored:
             return stored

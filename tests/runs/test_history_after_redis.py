@@ -1,0 +1,49 @@
+"""A finished run's events outlive its Redis stream: the database serves them after."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from promptmgr import live
+from promptmgr.models import Run
+from promptmgr.sse import RunEventSource
+from tests.helpers import login_client, make_project, read_sse, script, start_run, wait_until
+
+
+def finished_run_without_its_stream(app_server: Any, alice: Any) -> tuple[Any, dict[str, Any], list[Any]]:
+    project = make_project(owner=alice)
+    client = login_client(app_server, "alice", "alice-password")
+    started = start_run(client, project.pk, script({"text": "Kept for later."}))
+    events = read_sse(client, started["events_url"])
+    run = Run.objects.get(pk=started["run_id"])
+    wait_until(lambda: run.events.filter(event="done").exists(), timeout=5, what="the history stored")
+    live.get_redis().delete(live.events_key(run.pk), live.seq_key(run.pk))
+    return client, started, events
+
+
+def test_after_the_stream_expired_the_events_are_replayed_from_the_database(
+    app_server: Any, alice: Any
+) -> None:
+    client, started, events = finished_run_without_its_stream(app_server, alice)
+
+    replayed = read_sse(client, started["events_url"])
+
+    # The database keeps everything but the deltas the complete text repeats.
+    kept = [(e.id, e.event, e.data) for e in events if e.event != "text_delta"]
+    assert [(e.id, e.event, e.data) for e in replayed] == kept
+    tail = read_sse(client, started["events_url"], last_event_id=kept[-3][0])
+    assert [e.id for e in tail] == [kept[-2][0], kept[-1][0]]
+
+
+def test_a_reader_that_saw_the_stream_in_redis_falls_back_when_it_expires(
+    app_server: Any, alice: Any
+) -> None:
+    _client, started, events = finished_run_without_its_stream(app_server, alice)
+    source = RunEventSource(started["run_id"])
+    source._in_redis = True  # as a reader that was tailing the stream when Redis let it go
+
+    batch = asyncio.run(source.next_batch(0, 0.2))
+
+    assert [e.event for e in batch] == [e.event for e in events if e.event != "text_delta"][: len(batch)]
+    assert batch and batch[0].id == 1
