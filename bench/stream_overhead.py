@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ class Results:
     direct: list[Pass] = field(default_factory=list)
     app: list[Pass] = field(default_factory=list)
     latency: dict[str, list[float]] = field(default_factory=dict)
+    cli_window: dict[str, list[float]] = field(default_factory=dict)  # s, per latency run
 
 
 async def measure(stack: harness.Stack, direct: Direct, flag: Path, args: argparse.Namespace) -> Results:
@@ -113,7 +115,12 @@ async def measure(stack: harness.Stack, direct: Direct, flag: Path, args: argpar
                     finally:
                         flag.write_text("")
                     check(run, count, f"{path} latency run")
-                    samples += latencies_ms(run, read_stamps(out))
+                    stamps = read_stamps(out)
+                    samples += latencies_ms(run, stamps)
+                    if stamps:
+                        # How long the CLI itself took to print the deltas, whoever reads them.
+                        emitted = (max(stamps.values()) - min(stamps.values())) / 1e9
+                        results.cli_window.setdefault(f"{path}: {label}", []).append(emitted)
                 results.latency[f"{path}: {label}"] = samples
     finally:
         await client.aclose()
@@ -161,7 +168,7 @@ def report(results: Results, args: argparse.Namespace) -> None:
     print()
     print(
         table(
-            ["consumer (medians)", "wall s", "delta window s", "deltas/s", "MB/s read", "tail s"],
+            ["consumer (medians)", "wall s", "delta window s", "deltas/s", "MB/s read", "tail s", "CPU busy"],
             [
                 [
                     "direct: read CLI stdout",
@@ -170,6 +177,7 @@ def report(results: Results, args: argparse.Namespace) -> None:
                     fmt(rate(direct), 0),
                     fmt(mbps(direct)),
                     fmt(median([r.tail_s for r in direct]), 3),
+                    pct(median([r.cpu_busy for r in direct])).lstrip("+"),
                 ],
                 [
                     "app: POST run, SSE to done",
@@ -178,8 +186,17 @@ def report(results: Results, args: argparse.Namespace) -> None:
                     fmt(rate(app), 0),
                     fmt(mbps(app)),
                     fmt(median([r.tail_s for r in app]), 3),
+                    pct(median([r.cpu_busy for r in app])).lstrip("+"),
                 ],
-                ["overhead (median of pairs)", pct(median(wall_over)), pct(median(window_over)), "", "", ""],
+                [
+                    "overhead (median of pairs)",
+                    pct(median(wall_over)),
+                    pct(median(window_over)),
+                    "",
+                    "",
+                    "",
+                    "",
+                ],
             ],
             title="Throughput: the same CLI output, read directly vs through the app",
         )
@@ -189,7 +206,10 @@ def report(results: Results, args: argparse.Namespace) -> None:
         "        events persisted to the database, `done`).\n"
         "  delta window: first to last text delta at the consumer; deltas/s = deltas / window.\n"
         "  MB/s read: bytes the consumer read per window second (stdout JSON lines vs SSE frames).\n"
-        "  tail: last text delta to the end of the wall time (CLI exit vs `done`)."
+        "  tail: last text delta to the end of the wall time (CLI exit vs `done`).\n"
+        f"  CPU busy: share of all {os.cpu_count()} CPUs' time in use during the pass (the whole\n"
+        "        machine: CLI, scripted model, app, Redis, this client). Near 100% means the\n"
+        "        run is CPU-bound here and the app's work slows the CLI it is measured against."
     )
     print()
     rows = [latency_row(label, samples) for label, samples in results.latency.items()]
@@ -203,6 +223,14 @@ def report(results: Results, args: argparse.Namespace) -> None:
         "       SSE view -> this process's SSE client (httpx). direct: the same stamp -> a bare\n"
         "       pipe reader (the floor on this machine). Burst = the CLI's full speed, so a line\n"
         "       also waits for the lines before it."
+    )
+    print()
+    print(
+        table(
+            ["CLI printing window, first to last delta (tee)", "median s"],
+            [[label, fmt(median(windows), 3)] for label, windows in results.cli_window.items()],
+            title="How fast the CLI itself printed, read by the app vs read directly",
+        )
     )
 
     paced_key = next(k for k in results.latency if k.startswith("app: paced"))

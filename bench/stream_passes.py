@@ -39,6 +39,7 @@ class Pass:
     start_ns: int
     end_ns: int = 0
     nbytes: int = 0
+    cpu_busy: float = float("nan")  # share of the machine's CPU time in use during the pass
     deltas: list[tuple[int, bytes]] = field(default_factory=list)  # (arrival ns, token or b"")
 
     @property
@@ -96,14 +97,32 @@ def latencies_ms(run: Pass, stamps: dict[bytes, int]) -> list[float]:
     return [(ts - stamps[token]) / 1e6 for ts, token in run.deltas if token in stamps]
 
 
+def cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) CPU time of the whole machine so far, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 async def direct_pass(direct: Direct, prompt: str) -> Pass:
+    before = cpu_jiffies()
     async with asyncio.timeout(PASS_TIMEOUT):
-        return await _direct_pass(direct, prompt)
+        run = await _direct_pass(direct, prompt)
+    return _with_cpu(run, before)
 
 
 async def app_pass(client: httpx.AsyncClient, project_id: int, prompt: str) -> Pass:
+    before = cpu_jiffies()
     async with asyncio.timeout(PASS_TIMEOUT):
-        return await _app_pass(client, project_id, prompt)
+        run = await _app_pass(client, project_id, prompt)
+    return _with_cpu(run, before)
+
+
+def _with_cpu(run: Pass, before: tuple[int, int]) -> Pass:
+    busy, total = cpu_jiffies()
+    if total > before[1]:
+        run.cpu_busy = (busy - before[0]) / (total - before[1])
+    return run
 
 
 async def _direct_pass(direct: Direct, prompt: str) -> Pass:
