@@ -125,6 +125,38 @@ def redact_tokens(data: bytes) -> bytes:
     return _TOKEN_IN_TEXT_RE.sub(REDACTED, data)
 
 
+_TOKEN_IN_STR_RE = re.compile(_TOKEN_IN_TEXT_RE.pattern.decode())
+# The end of a text that may be the start of a token the next delta completes.
+_TOKEN_START_RE = re.compile(r"(?:p|pm|pmr|pmr_\d{0,18}|pmr_\d{1,18}_[A-Za-z0-9_-]*)\Z")
+MAX_HELD_CHARS = 256
+
+
+class DeltaRedactor:
+    """Redacts relay tokens from streamed text, which may split a token across deltas.
+
+    Each line is redacted on its own (``redact_tokens``), but a model that quotes a token
+    streams it in pieces no single line holds whole. The tail of each block's text that
+    could still become a token is held back until the next delta decides it; ``flush``
+    releases what is held (redacted) before any other event of the run.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[object, object], str] = {}
+
+    def feed(self, block: tuple[object, object], text: str) -> str:
+        """The part of ``text`` (after what was held for ``block``) that is safe to show now."""
+        text = _TOKEN_IN_STR_RE.sub(REDACTED.decode(), self._held.pop(block, "") + text)
+        start = _TOKEN_START_RE.search(text)
+        if start is None or len(text) - start.start() > MAX_HELD_CHARS:
+            return text
+        self._held[block] = text[start.start() :]
+        return text[: start.start()]
+
+    def flush(self) -> list[tuple[tuple[object, object], str]]:
+        held, self._held = self._held, {}
+        return [(block, _TOKEN_IN_STR_RE.sub(REDACTED.decode(), text)) for block, text in held.items()]
+
+
 def sweep_stale_secrets() -> int:
     """Remove per-run secret directories of runs that no longer run (a crashed worker's).
 

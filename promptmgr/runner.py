@@ -131,6 +131,7 @@ class RunSupervisor:
         # Ids of the ask tools' calls: only their results are checked against the answer.
         self.ask_tool_use_ids: set[str] = set()
         self.emitted: list[live.Event] = []
+        self.redactor = askuser_runtime.DeltaRedactor()
         self._pending: list[tuple[str, dict[str, Any]]] = []
         self._batching = False
 
@@ -244,6 +245,10 @@ class RunSupervisor:
         return self._outcome(code)
 
     async def _read_loop(self, ctx: RunContext) -> None:
+        await self._read_until_the_end(ctx)
+        await self._emit_held_text()
+
+    async def _read_until_the_end(self, ctx: RunContext) -> None:
         assert self.process is not None
         loop = asyncio.get_running_loop()
         started = last_output = loop.time()
@@ -322,6 +327,12 @@ class RunSupervisor:
         if parsed.get("type") == "system" and parsed.get("subtype") == "init" and parsed.get("session_id"):
             await sync_to_async(_save_session_id)(ctx.conversation.pk, str(parsed["session_id"]))
         for event, data in translated:
+            if event == "text_delta":
+                data["text"] = self.redactor.feed((data["index"], data["parent_tool_use_id"]), data["text"])
+                if not data["text"]:
+                    continue
+            else:
+                await self._emit_held_text()
             if event == "result":
                 self.result = data
             await self.emit(event, data)
@@ -332,6 +343,12 @@ class RunSupervisor:
                 # The verdict must follow the tool result it is about.
                 await self._flush()
                 await askuser_delivery.question_result_seen(run_id=self.run_id, result=data)
+
+    async def _emit_held_text(self) -> None:
+        """Release the streamed text held back in case it was the start of a token."""
+        for (index, parent), text in self.redactor.flush():
+            if text:
+                await self.emit("text_delta", {"text": text, "index": index, "parent_tool_use_id": parent})
 
     async def _on_garbage(self, data: bytes) -> None:
         self.garbage += 1

@@ -64,3 +64,22 @@ async def test_a_delta_that_arrives_alone_is_streamed_at_once_as_it_came() -> No
     await supervisor._handle_ready(ctx, delta_line("b"))
 
     assert [e.data["text"] for e in await live.read_events(454545, 0)] == ["a", "b"]
+
+
+async def test_a_token_the_model_streams_in_pieces_never_reaches_the_event_stream() -> None:
+    import secrets
+
+    token = f"pmr_9_{secrets.token_urlsafe(32)}"
+    text = f"The config says {token}, done."
+    supervisor = RunSupervisor(run_id=464646)
+    ctx: Any = None
+    # Each piece arrives on its own, as a model paced by the network streams it.
+    for start in range(0, len(text), 5):
+        supervisor.process = ReadyLines([])  # type: ignore[assignment]
+        await supervisor._handle_ready(ctx, delta_line(text[start : start + 5]))
+    await supervisor._emit_held_text()  # what the end of output does
+
+    events = await live.read_events(464646, 0, count=1000)
+    shown = "".join(e.data["text"] for e in events)
+    assert token not in shown
+    assert shown == "The config says pmr_[redacted], done."
