@@ -3,6 +3,7 @@ Bash commands it runs in sessions of their own, even when they ignore SIGTERM.""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -22,6 +23,15 @@ from tests.helpers import (
     wait_until,
 )
 
+
+def sessions_of(pids: list[int]) -> set[int]:
+    sessions = set()
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            sessions.add(os.getsid(pid))
+    return sessions
+
+
 PYTHON_SLEEP = {"command": "python3 -c 'import time; time.sleep(120)'", "description": "wait"}
 
 
@@ -32,9 +42,13 @@ def test_cancel_during_a_bash_command_leaves_no_process(app_server: Any, alice: 
     started = start_run(client, project.pk, script({"tool_use": {"name": "Bash", "input": PYTHON_SLEEP}}))
     read_sse(client, started["events_url"], until=lambda e: e.event == "tool_use")
     workspace = workspace_path(project)
-    # The CLI, the ask-user MCP server and the Bash command (in a session of its own).
-    wait_until(lambda: len(processes_in(workspace)) >= 3, timeout=15, what="the Bash command to start")
-    assert len({os.getsid(p) for p in processes_in(workspace)}) >= 2
+    # The CLI, the ask-user MCP server and the Bash command (in a session of its own, which
+    # it enters a moment after it was forked).
+    wait_until(
+        lambda: len(processes_in(workspace)) >= 3 and len(sessions_of(processes_in(workspace))) >= 2,
+        timeout=15,
+        what="the Bash command to start in a session of its own",
+    )
 
     assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
     events = read_sse(client, started["events_url"], timeout=30)
@@ -71,8 +85,11 @@ def test_cancel_kills_a_cli_that_ignores_sigterm_and_its_detached_children(
     started = start_run(client, project.pk, "hello")
     read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
     workspace = workspace_path(project)
-    wait_until(lambda: len(processes_in(workspace)) == 2, timeout=10, what="the detached grandchild")
-    assert len({os.getsid(p) for p in processes_in(workspace)}) == 2
+    wait_until(
+        lambda: len(processes_in(workspace)) == 2 and len(sessions_of(processes_in(workspace))) == 2,
+        timeout=10,
+        what="the detached grandchild in a session of its own",
+    )
 
     assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
     events = read_sse(client, started["events_url"], timeout=40)
