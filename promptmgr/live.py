@@ -273,12 +273,6 @@ async def claim_run_slot(run_id: int, user_id: int, *, per_user: int, total: int
     return int(await script(keys=[user_runs_key(user_id), active_runs_key()], args=[run_id, per_user, total]))
 
 
-async def release_run_slot(run_id: int, user_id: int) -> None:
-    client = get_async_redis()
-    await client.srem(user_runs_key(user_id), run_id)
-    await client.srem(active_runs_key(), run_id)
-
-
 async def run_slot_holders(user_id: int) -> set[int]:
     """The runs holding a slot of this user's cap or of the global one."""
     client = get_async_redis()
@@ -286,8 +280,8 @@ async def run_slot_holders(user_id: int) -> set[int]:
     return {int(m) for m in members}
 
 
-async def release_slots_of(run_ids: Iterable[int], user_id: int) -> None:
-    """Free the slots of runs that are no longer active, whoever started them."""
+async def release_run_slots(run_ids: Iterable[int], user_id: int) -> None:
+    """Free the concurrency slots these runs of ``user_id`` hold."""
     ids = list(run_ids)
     if ids:
         client = get_async_redis()

@@ -437,7 +437,7 @@ class RunSupervisor:
         await self.emit("done", {"status": outcome.status})
         await sync_to_async(persist_events)(self.run_id, await live.read_events(self.run_id, events[-1].id))
         await live.expire_run_keys(self.run_id, settings.EVENT_STREAM_TTL)
-        await live.release_run_slot(self.run_id, ctx.run.user_id)
+        await live.release_run_slots([self.run_id], ctx.run.user_id)
 
 
 def launch(run_id: int) -> asyncio.Task[None]:

@@ -112,7 +112,7 @@ async def _claim_slot(run: Run) -> int:
         return claimed
     logger.warning("freed the run slots of ended runs %s", sorted(ended))
     for user_id, run_ids in (await sync_to_async(_by_user)(ended, run.user_id)).items():
-        await live.release_slots_of(run_ids, user_id)
+        await live.release_run_slots(run_ids, user_id)
     return await live.claim_run_slot(
         run.pk, run.user_id, per_user=settings.RUNS_PER_USER, total=settings.RUNS_GLOBAL
     )
@@ -149,7 +149,7 @@ async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id:
         # Nothing half-written: without Redis the run cannot be watched, so it never existed.
         await sync_to_async(_discard_run)(run.pk)
         with contextlib.suppress(redis.RedisError):
-            await live.release_run_slot(run.pk, run.user_id)
+            await live.release_run_slots([run.pk], run.user_id)
         raise
     if claimed < 0:
         # Nothing half-written: the refused run leaves no trace.
