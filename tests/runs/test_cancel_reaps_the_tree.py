@@ -62,28 +62,38 @@ def test_cancel_during_a_bash_command_leaves_no_process(app_server: Any, alice: 
 
 STUBBORN_CLI = """#!{python}
 # A Claude Code stand-in that ignores SIGTERM and leaves a grandchild in a session of its
-# own that ignores it too, the worst a CLI and its Bash commands can do.
+# own that ignores it too, the worst a CLI and its Bash commands can do. It speaks enough
+# of both engines' input: a plain prompt (cli) or the SDK's control protocol (sdk).
 import json, signal, subprocess, sys, time
 
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-sys.stdin.read()
 subprocess.Popen(
     [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"],
     start_new_session=True,
 )
-init = {{"type": "system", "subtype": "init", "session_id": "stubborn", "tools": [], "mcp_servers": []}}
-delta = {{"type": "content_block_delta", "index": 0, "delta": {{"type": "text_delta", "text": "working"}}}}
-print(json.dumps(init), flush=True)
-print(json.dumps({{"type": "stream_event", "uuid": "u1", "session_id": "stubborn", "event": delta}}), flush=True)
+for line in sys.stdin:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        message = {{"type": "user"}}  # the cli engine's prompt is plain text
+    if message.get("type") == "control_request":
+        reply = {{"subtype": "success", "request_id": message["request_id"], "response": {{}}}}
+        print(json.dumps({{"type": "control_response", "response": reply}}), flush=True)
+    elif message.get("type") == "user":
+        init = {{"type": "system", "subtype": "init", "session_id": "stubborn", "tools": [], "mcp_servers": []}}
+        delta = {{"type": "content_block_delta", "index": 0, "delta": {{"type": "text_delta", "text": "working"}}}}
+        print(json.dumps(init), flush=True)
+        print(json.dumps({{"type": "stream_event", "uuid": "u1", "session_id": "stubborn", "event": delta}}), flush=True)
 time.sleep(600)
 """
 
 
+@pytest.mark.parametrize("engine", ["cli", "sdk"])
 def test_cancel_kills_a_cli_that_ignores_sigterm_and_its_detached_children(
-    app_server: Any, alice: Any, settings: Any, tmp_path: Path
+    app_server: Any, alice: Any, settings: Any, tmp_path: Path, engine: str
 ) -> None:
     use_fake_cli(settings, tmp_path, STUBBORN_CLI.format(python=sys.executable), "stubborn-claude")
-    project = make_project(owner=alice, ask_user_enabled=False)
+    project = make_project(owner=alice, engine=engine, ask_user_enabled=False)
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, "hello")
     read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
