@@ -2,7 +2,8 @@
 
 A child is spawned in its own process group (session), its stdout and stderr are
 drained concurrently, stdout is split into lines of any length (a line over
-``max_line_bytes`` is cut and flagged, never a crash), and on every ending the whole
+``max_line_bytes`` is cut and flagged, never a crash), stdout is read in paced gulps
+while the child prints in a burst (see ``READ_INTERVAL``), and on every ending the whole
 tree — the CLI and everything it started, such as MCP servers and Bash commands, which
 the CLI runs in sessions of their own — is terminated, killed after a grace period, and
 the child reaped.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import signal
 from collections import deque
@@ -20,6 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 READ_CHUNK = 256 * 1024
+# While the child keeps printing (reads less than twice this apart), stdout is left
+# alone for this long (seconds) after each read, so one read takes a gulp of lines, not
+# one line per wake-up. The Claude CLI writes every stream-json line on its own: at full
+# speed that is thousands of wake-ups a second, each paying for the read, the hand-over
+# and a flush to Redis and to every browser. A line after a quiet moment is read at once.
+READ_INTERVAL = 0.003
+# The child's stdout pipe holds this much (Linux defaults to 64 KiB), so the child does
+# not stall on a full pipe during a paced pause or while this worker is briefly busy.
+PIPE_BYTES = 1024 * 1024
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
 STDERR_TAIL_BYTES = 16 * 1024
@@ -153,6 +164,33 @@ class ProcessTree:
             self._kill_timer = None
 
 
+def _widen_pipe(fd: int) -> None:
+    """Best effort: past the user's pipe-memory limit the pipe keeps its default size."""
+    with contextlib.suppress(OSError, AttributeError):  # AttributeError: not Linux
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+
+async def _pipe_from_child(*, widen: bool) -> tuple[int, asyncio.StreamReader, asyncio.ReadTransport]:
+    """A pipe for the child's output: the end to hand to the child, and our reader of it."""
+    read_fd, child_fd = os.pipe()
+    if widen:
+        _widen_pipe(read_fd)
+    reader = asyncio.StreamReader(limit=READ_CHUNK)
+    try:
+        transport, _protocol = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
+        )
+    except BaseException:
+        os.close(child_fd)
+        raise
+    return child_fd, reader, transport
+
+
+def _resume(transport: asyncio.ReadTransport) -> None:
+    if not transport.is_closing():
+        transport.resume_reading()
+
+
 class ManagedProcess:
     def __init__(self, proc: asyncio.subprocess.Process, *, max_line_bytes: int, queue_size: int) -> None:
         self.proc = proc
@@ -163,6 +201,7 @@ class ManagedProcess:
         self._stderr_tail: deque[bytes] = deque()
         self._stderr_size = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self.stdout_reads = 0  # reads of stdout so far: a burst of lines takes few (see READ_INTERVAL)
 
     @classmethod
     async def spawn(
@@ -175,20 +214,33 @@ class ManagedProcess:
         max_line_bytes: int = DEFAULT_MAX_LINE,
         queue_size: int = 1024,
     ) -> ManagedProcess:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=cwd,
-            env=env,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-        )
+        # Output pipes of our own: stdout can then be widened and its reading paced, and
+        # both are closed by their drains even when a stray process holds the other end.
+        stdout_child, stdout, stdout_transport = await _pipe_from_child(widen=True)
+        stderr_child, stderr, stderr_transport = await _pipe_from_child(widen=False)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=stdout_child,
+                stderr=stderr_child,
+                start_new_session=True,
+            )
+        except BaseException:
+            stdout_transport.close()
+            stderr_transport.close()
+            raise
+        finally:
+            # The child holds its copies; the output ends only once ours are closed too.
+            os.close(stdout_child)
+            os.close(stderr_child)
         managed = cls(proc, max_line_bytes=max_line_bytes, queue_size=queue_size)
         managed._tasks = [
             asyncio.create_task(managed._feed_stdin(stdin_data)),
-            asyncio.create_task(managed._drain_stdout()),
-            asyncio.create_task(managed._drain_stderr()),
+            asyncio.create_task(managed._drain_stdout(stdout, stdout_transport)),
+            asyncio.create_task(managed._drain_stderr(stderr, stderr_transport)),
         ]
         return managed
 
@@ -206,14 +258,24 @@ class ManagedProcess:
             await stdin.drain()
             stdin.close()
 
-    async def _drain_stdout(self) -> None:
-        stdout = self.proc.stdout
-        assert stdout is not None
+    async def _drain_stdout(self, stdout: asyncio.StreamReader, transport: asyncio.ReadTransport) -> None:
         limit = self.max_line_bytes
         buffer = bytearray()
         skipping = False  # inside an over-long line whose head was already emitted
+        loop = asyncio.get_running_loop()
+        last_read = -READ_INTERVAL
         try:
             while chunk := await stdout.read(READ_CHUNK):
+                self.stdout_reads += 1
+                now = loop.time()
+                # Still a burst when the previous read was a paced one, just over
+                # READ_INTERVAL ago. Not while the reader itself holds the pipe (its buffer
+                # is full): only it may resume then. A pause never delays a line that comes
+                # READ_INTERVAL or more after the read before it.
+                if now - last_read < 2 * READ_INTERVAL and transport.is_reading():
+                    transport.pause_reading()
+                    loop.call_later(READ_INTERVAL, _resume, transport)
+                last_read = now
                 start = 0
                 while True:
                     newline = chunk.find(b"\n", start)
@@ -235,16 +297,18 @@ class ManagedProcess:
             if buffer and not skipping:
                 await self.lines.put(Line(bytes(buffer)))
         finally:
+            transport.close()  # also when stop() gave up waiting for the end of output
             await self.lines.put(None)
 
-    async def _drain_stderr(self) -> None:
-        stderr = self.proc.stderr
-        assert stderr is not None
-        while chunk := await stderr.read(READ_CHUNK):
-            self._stderr_tail.append(chunk)
-            self._stderr_size += len(chunk)
-            while self._stderr_size > STDERR_TAIL_BYTES and len(self._stderr_tail) > 1:
-                self._stderr_size -= len(self._stderr_tail.popleft())
+    async def _drain_stderr(self, stderr: asyncio.StreamReader, transport: asyncio.ReadTransport) -> None:
+        try:
+            while chunk := await stderr.read(READ_CHUNK):
+                self._stderr_tail.append(chunk)
+                self._stderr_size += len(chunk)
+                while self._stderr_size > STDERR_TAIL_BYTES and len(self._stderr_tail) > 1:
+                    self._stderr_size -= len(self._stderr_tail.popleft())
+        finally:
+            transport.close()
 
     def stderr_tail(self, limit: int = 4000) -> str:
         return b"".join(self._stderr_tail)[-limit:].decode("utf-8", "replace")
@@ -277,10 +341,14 @@ class ManagedProcess:
         """Terminate the whole tree, kill what is left after ``grace``, reap the child."""
         await self.tree.reap(grace, also=lambda: self.proc.returncode is not None)
         code = await self.proc.wait()
-        # The drains end once the pipes close; give them a moment, then stop waiting.
+        # The drains end once the pipes close; give them a moment, then stop waiting. A
+        # process outside the tree (a daemon a tool started) may hold the pipes open
+        # forever: the cancelled drains then close our ends, before stop() returns.
         _done, pending = await asyncio.wait(self._tasks, timeout=2)
         for task in pending:
             task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=1)
         return code
 
     async def wait(self) -> int:

@@ -1,18 +1,30 @@
-"""The subprocess module: long lines, stderr, and reaping the whole process group."""
+"""The subprocess module: long lines, stderr, paced reading of bursts, its pipes, and reaping the tree."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import signal
 import sys
 from pathlib import Path
 
-from promptmgr.processes import TIMEOUT, Line, ManagedProcess, group_members
+from promptmgr.processes import PIPE_BYTES, TIMEOUT, Line, ManagedProcess, group_members
 
 
 async def spawn(code: str, tmp_path: Path, **kwargs: int) -> ManagedProcess:
     return await ManagedProcess.spawn(
         [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), stdin_data=b"", **kwargs
     )
+
+
+def open_fds() -> set[tuple[str, str]]:
+    """This process's open descriptors with what they point at (pipes have unique names)."""
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor is gone
+            found.add((fd, os.readlink(f"/proc/self/fd/{fd}")))
+    return found
 
 
 async def lines_of(proc: ManagedProcess) -> list[Line]:
@@ -70,3 +82,47 @@ async def test_stop_kills_the_whole_group_including_grandchildren(tmp_path: Path
     code_ = await proc.stop(grace=0.5)
     assert code_ < 0
     assert group_members(proc.pgid) == []
+
+
+async def test_a_burst_of_lines_is_read_in_gulps_with_every_line_in_order(tmp_path: Path) -> None:
+    # One write per line, a line every 0.5 ms, as the Claude CLI prints stream-json at
+    # full speed. Read as they come, that would be a read (and a flush to Redis and to
+    # every browser) per line; paced, one read takes the lines of READ_INTERVAL.
+    code = (
+        "import os, time\nfor i in range(300):\n    os.write(1, b'line %d\\n' % i)\n    time.sleep(0.0005)\n"
+    )
+    proc = await spawn(code, tmp_path)
+    lines = await lines_of(proc)
+    assert [line.data for line in lines] == [b"line %d" % i for i in range(300)]
+    assert proc.stdout_reads < 100, proc.stdout_reads
+    assert await proc.stop() == 0
+
+
+async def test_the_childs_stdout_pipe_is_widened(tmp_path: Path) -> None:
+    # A wide pipe lets the CLI keep printing while this worker is busy for a moment.
+    proc = await spawn("import fcntl; print(fcntl.fcntl(1, fcntl.F_GETPIPE_SZ))", tmp_path)
+    assert await lines_of(proc) == [Line(str(PIPE_BYTES).encode())]
+    await proc.stop()
+
+
+async def test_stopping_leaves_no_file_descriptor_open(tmp_path: Path) -> None:
+    before = open_fds()
+    # A daemonized grandchild, outside the tree stop() reaps, keeps stdout open: the output
+    # never ends, stop() gives up waiting for it and must still close the pipe's read end.
+    grandchild = "import time; time.sleep(30)"
+    middle = (
+        "import subprocess, sys\n"
+        f"print(subprocess.Popen([sys.executable, '-c', {grandchild!r}], start_new_session=True).pid)\n"
+    )
+    code = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {middle!r}])\nprint('started')\n"
+    proc = await spawn(code, tmp_path)
+    first = await proc.next_line(10)
+    assert isinstance(first, Line)
+    daemon = int(first.data)
+    try:
+        assert await proc.next_line(10) == Line(b"started")
+        await proc.stop(grace=1)
+        await asyncio.sleep(0)  # let the closed transports release their descriptors
+        assert open_fds() - before == set()
+    finally:
+        os.kill(daemon, signal.SIGKILL)
