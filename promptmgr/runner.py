@@ -213,7 +213,7 @@ class RunSupervisor:
         )
         env = child_env(ask_user_config=config_path, ask_user_timeout=project.ask_user_timeout)
         self.process = await ManagedProcess.spawn(
-            command, cwd=root, env=env, stdin_data=ctx.run.prompt.encode()
+            command, cwd=root, env=env, stdin_data=ctx.run.prompt.encode(), nice=settings.CLAUDE_CLI_NICE
         )
         if self.stop_status is not None:  # cancelled while spawning
             self.process.terminate()

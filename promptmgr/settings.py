@@ -174,6 +174,9 @@ ANTHROPIC_BASE_URL = envurl(
     schemes={"http", "https"},
 )
 CLAUDE_CLI_PATH = envexecutable("CLAUDE_CLI_PATH")
+# The CLI runs this much "nicer" than the server (0 = the same priority): when the CPUs
+# are busy, the server's small, latency-bound work per line goes first (see processes.py).
+CLAUDE_CLI_NICE = envint("CLAUDE_CLI_NICE", "10", minimum=0, maximum=19)
 
 ASK_USER_ENABLED = envbool("ASK_USER_ENABLED", "true")
 ASK_USER_DEFAULT_TIMEOUT = envint("ASK_USER_DEFAULT_TIMEOUT", "300", minimum=30, maximum=900)

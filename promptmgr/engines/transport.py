@@ -23,6 +23,9 @@ from anyio.streams.text import TextReceiveStream, TextSendStream
 from claude_agent_sdk import ClaudeAgentOptions, CLIConnectionError, __version__
 from claude_agent_sdk._internal._task_compat import spawn_detached
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
+from django.conf import settings
+
+from promptmgr.processes import lower_priority
 
 # What the SDK's own transport adds to the CLI's environment (see its ``connect()``).
 SDK_ENV = {
@@ -69,6 +72,7 @@ class IsolatedCLITransport(SubprocessCLITransport):
         except OSError as exc:
             raise CLIConnectionError(f"Failed to start Claude Code: {exc}") from exc
         assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        lower_priority(process.pid, settings.CLAUDE_CLI_NICE)
         self.spawned = self._process = process
         self._stdout_stream = TextReceiveStream(process.stdout)
         self._stdin_stream = TextSendStream(process.stdin)

@@ -42,6 +42,7 @@ def test_the_defaults_start() -> None:
         ({"CLAUDE_CLI_PATH": "/tmp"}, "CLAUDE_CLI_PATH='/tmp' is not an executable file"),
         ({"ASK_USER_DEFAULT_TIMEOUT": "10"}, "ASK_USER_DEFAULT_TIMEOUT must be between 30 and 900, not 10"),
         ({"RUNS_PER_USER": "many"}, "RUNS_PER_USER must be a whole number, not 'many'"),
+        ({"CLAUDE_CLI_NICE": "-5"}, "CLAUDE_CLI_NICE must be between 0 and 19, not -5"),
         ({"DEBUG": "maybe"}, "DEBUG must be true or false, not 'maybe'"),
         ({"REDIS_URL": "http://127.0.0.1:6379"}, "REDIS_URL must be a URL with scheme"),
         ({"DEBUG": "false", "SECRET_KEY": ""}, "SECRET_KEY must be set when DEBUG is off"),

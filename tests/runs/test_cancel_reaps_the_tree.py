@@ -1,5 +1,6 @@
 """Cancel ends the whole process tree: the CLI, its MCP server and the
-Bash commands it runs in sessions of their own, even when they ignore SIGTERM."""
+Bash commands it runs in sessions of their own, even when they ignore SIGTERM.
+That tree also runs at a lower CPU priority than the server."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 
 from promptmgr.models import Run
+from promptmgr.processes import MAX_NICE
 from promptmgr.workspaces import workspace_path
 from tests.helpers import (
     allow_in_workspace,
@@ -34,6 +37,12 @@ def sessions_of(pids: list[int]) -> set[int]:
     return sessions
 
 
+def nice_of(pid: int) -> int | None:
+    with contextlib.suppress(ProcessLookupError):
+        return os.getpriority(os.PRIO_PROCESS, pid)
+    return None
+
+
 PYTHON_SLEEP = {"command": "python3 -c 'import time; time.sleep(120)'", "description": "wait"}
 
 
@@ -52,6 +61,10 @@ def test_cancel_during_a_bash_command_leaves_no_process(app_server: Any, alice: 
         timeout=15,
         what="the Bash command to start in a session of its own",
     )
+    # Claude's processes, the Bash command's included, have a lower CPU priority than the server.
+    expected = min(MAX_NICE, os.getpriority(os.PRIO_PROCESS, 0) + settings.CLAUDE_CLI_NICE)
+    assert settings.CLAUDE_CLI_NICE > 0
+    assert {nice for nice in map(nice_of, processes_in(workspace)) if nice is not None} == {expected}
 
     assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
     events = read_sse(client, started["events_url"], timeout=30)

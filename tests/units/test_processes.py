@@ -9,7 +9,10 @@ import signal
 import sys
 from pathlib import Path
 
-from promptmgr.processes import PIPE_BYTES, TIMEOUT, Line, ManagedProcess, group_members
+import pytest
+
+from promptmgr import processes
+from promptmgr.processes import MAX_NICE, PIPE_BYTES, TIMEOUT, Line, ManagedProcess, group_members
 
 
 async def spawn(code: str, tmp_path: Path, **kwargs: int) -> ManagedProcess:
@@ -126,3 +129,33 @@ async def test_stopping_leaves_no_file_descriptor_open(tmp_path: Path) -> None:
         assert open_fds() - before == set()
     finally:
         os.kill(daemon, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("server_session", ["its own session", "the root group"])
+async def test_the_child_runs_at_a_lower_cpu_priority_than_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, server_session: str
+) -> None:
+    own_autogroup = Path("/proc/self/autogroup")
+    if server_session == "the root group":
+        # A server that never started a session of its own (run directly by init, as a CI
+        # runner may be) reads an empty file: its group weighs as nice 0.
+        own_autogroup = tmp_path / "autogroup"
+        own_autogroup.write_text("")
+        monkeypatch.setattr(processes, "SELF_AUTOGROUP", own_autogroup)
+    code = (
+        "import os, pathlib\n"
+        "print(os.getpriority(os.PRIO_PROCESS, 0))\n"
+        "autogroup = pathlib.Path('/proc/self/autogroup')\n"
+        "print(autogroup.read_text().split()[-1] if autogroup.exists() else 'none')\n"
+    )
+    proc = await spawn(code, tmp_path, nice=7)
+    nice, session_nice = (line.data.decode() for line in await lines_of(proc))
+    await proc.stop()
+    # Relative to the server's own priority, whatever that is.
+    assert int(nice) == min(MAX_NICE, os.getpriority(os.PRIO_PROCESS, 0) + 7)
+    # Where the kernel shares CPU time between sessions first, the child's session weighs less too.
+    if not Path("/proc/self/autogroup").exists():
+        assert session_nice == "none"
+    else:
+        fields = own_autogroup.read_text().split()  # "/autogroup-7 nice 0", or empty
+        assert session_nice == str(min(MAX_NICE, (int(fields[-1]) if fields else 0) + 7))
