@@ -191,6 +191,11 @@ class Stack:
 
         wait_until(ready, timeout=60, what="the app under uvicorn")
 
+    @property
+    def app_pid(self) -> int:
+        """The uvicorn worker's process id (``start_app`` first)."""
+        return next(proc.pid for name, proc in self.children.procs if name == "uvicorn")
+
     def project(self) -> Any:
         from promptmgr.models import Project
 

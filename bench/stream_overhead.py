@@ -30,6 +30,10 @@ Method
    Measured paced (``--pace-ms`` between deltas, like a model streaming) and at full speed
    (a burst: queueing behind earlier lines counts too). The same measurement for the direct
    reader is the floor: what a bare pipe reader on this machine sees.
+3. Where the time went: for each pass, how busy the machine's CPUs were and how much of
+   their time the hypervisor stole (/proc/stat), and for the app's worker process how
+   long its threads ran and how long they were ready to run but waited for a CPU
+   (/proc/PID/task/*/schedstat). A burst's tail on a saturated machine shows there.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ class Results:
     app: list[Pass] = field(default_factory=list)
     latency: dict[str, list[float]] = field(default_factory=dict)
     cli_window: dict[str, list[float]] = field(default_factory=dict)  # s, per latency run
+    latency_runs: dict[str, list[Pass]] = field(default_factory=dict)
 
 
 async def measure(stack: harness.Stack, direct: Direct, flag: Path, args: argparse.Namespace) -> Results:
@@ -91,7 +96,7 @@ async def measure(stack: harness.Stack, direct: Direct, flag: Path, args: argpar
                     run = await direct_pass(direct, throughput)
                     results.direct.append(run)
                 else:
-                    run = await app_pass(client, stack.project_id, throughput)
+                    run = await app_pass(client, stack.project_id, throughput, app_pid=stack.app_pid)
                     results.app.append(run)
                 check(run, args.deltas, f"{path} throughput run")
 
@@ -109,12 +114,13 @@ async def measure(stack: harness.Stack, direct: Direct, flag: Path, args: argpar
                     flag.write_text(str(out))
                     try:
                         if path == "app":
-                            run = await app_pass(client, stack.project_id, prompt)
+                            run = await app_pass(client, stack.project_id, prompt, app_pid=stack.app_pid)
                         else:
                             run = await direct_pass(direct, prompt)
                     finally:
                         flag.write_text("")
                     check(run, count, f"{path} latency run")
+                    results.latency_runs.setdefault(f"{path}: {label}", []).append(run)
                     stamps = read_stamps(out)
                     samples += latencies_ms(run, stamps)
                     if stamps:
@@ -168,7 +174,16 @@ def report(results: Results, args: argparse.Namespace) -> None:
     print()
     print(
         table(
-            ["consumer (medians)", "wall s", "delta window s", "deltas/s", "MB/s read", "tail s", "CPU busy"],
+            [
+                "consumer (medians)",
+                "wall s",
+                "delta window s",
+                "deltas/s",
+                "MB/s read",
+                "tail s",
+                "CPU busy",
+                "stolen",
+            ],
             [
                 [
                     "direct: read CLI stdout",
@@ -178,6 +193,7 @@ def report(results: Results, args: argparse.Namespace) -> None:
                     fmt(mbps(direct)),
                     fmt(median([r.tail_s for r in direct]), 3),
                     pct(median([r.cpu_busy for r in direct])).lstrip("+"),
+                    pct(median([r.cpu_stolen for r in direct])).lstrip("+"),
                 ],
                 [
                     "app: POST run, SSE to done",
@@ -187,11 +203,13 @@ def report(results: Results, args: argparse.Namespace) -> None:
                     fmt(mbps(app)),
                     fmt(median([r.tail_s for r in app]), 3),
                     pct(median([r.cpu_busy for r in app])).lstrip("+"),
+                    pct(median([r.cpu_stolen for r in app])).lstrip("+"),
                 ],
                 [
                     "overhead (median of pairs)",
                     pct(median(wall_over)),
                     pct(median(window_over)),
+                    "",
                     "",
                     "",
                     "",
@@ -209,7 +227,8 @@ def report(results: Results, args: argparse.Namespace) -> None:
         "  tail: last text delta to the end of the wall time (CLI exit vs `done`).\n"
         f"  CPU busy: share of all {os.cpu_count()} CPUs' time in use during the pass (the whole\n"
         "        machine: CLI, scripted model, app, Redis, this client). Near 100% means the\n"
-        "        run is CPU-bound here and the app's work slows the CLI it is measured against."
+        "        run is CPU-bound here and the app's work slows the CLI it is measured against.\n"
+        "  stolen: share of the CPUs' time the hypervisor ran other machines on instead (steal)."
     )
     print()
     rows = [latency_row(label, samples) for label, samples in results.latency.items()]
@@ -223,6 +242,28 @@ def report(results: Results, args: argparse.Namespace) -> None:
         "       SSE view -> this process's SSE client (httpx). direct: the same stamp -> a bare\n"
         "       pipe reader (the floor on this machine). Burst = the CLI's full speed, so a line\n"
         "       also waits for the lines before it."
+    )
+    print()
+    print(
+        table(
+            ["latency run (medians)", "CPU busy", "stolen", "app on CPU ms", "app waiting for a CPU ms"],
+            [
+                [
+                    label,
+                    pct(median([r.cpu_busy for r in runs])).lstrip("+"),
+                    pct(median([r.cpu_stolen for r in runs])).lstrip("+"),
+                    fmt(median([r.app_on_cpu_s * 1e3 for r in runs]), 0),
+                    fmt(median([r.app_runq_s * 1e3 for r in runs]), 0),
+                ]
+                for label, runs in results.latency_runs.items()
+            ],
+            title="Where the latency runs' time went",
+        )
+    )
+    print(
+        "  app on CPU / waiting for a CPU: the app's worker process (all its threads), from the\n"
+        "       kernel's schedstat: time running, and time ready to run while every CPU was busy.\n"
+        "       A wait as long as the run time means the machine, not the app, sets the tail."
     )
     print()
     print(
@@ -285,6 +326,8 @@ def main() -> None:
     started = time.monotonic()
     print(f"Streaming overhead benchmark on {harness.machine()}; setting up a private stack …", flush=True)
     with harness.Stack.create(name="stream", ask_user=False) as stack:
+        from django.conf import settings
+
         from promptmgr.cli import build_command, child_env, find_claude_cli
         from promptmgr.workspaces import workspace_path
 
@@ -295,10 +338,12 @@ def main() -> None:
             command=build_command(cli=str(shim), project=project),
             env=child_env(ask_user_config=None, ask_user_timeout=None),
             cwd=workspace_path(project),
+            nice=settings.CLAUDE_CLI_NICE,
         )
         stack.start_app({"CLAUDE_CLI_PATH": str(shim)})
         print(f"  CLI: {real_cli}")
         print(f"  argv: {' '.join(direct.command[1:])}")
+        print(f"  the CLI's CPU priority: nice {direct.nice} (CLAUDE_CLI_NICE), for both readers")
         print(
             f"  app {stack.app_url}, model {stack.model_url}, redis {stack.redis_url} (prefix {stack.key_prefix})"
         )

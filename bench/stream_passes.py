@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 
 from bench import app_client, harness
+from promptmgr.processes import lower_priority
 
 TEE = Path(__file__).resolve().parent / "cli_tee.py"
 PASS_TIMEOUT = 90  # seconds; keeps the whole benchmark bounded if something hangs
@@ -25,11 +26,12 @@ TOKEN_CHARS = 7  # "<NNNNN>": one token per text delta the CLI prints
 
 @dataclass
 class Direct:
-    """How the runner would start the CLI: argv, env and working directory."""
+    """How the runner would start the CLI: argv, env, working directory and CPU priority."""
 
     command: list[str]
     env: dict[str, str]
     cwd: Path
+    nice: int
 
 
 @dataclass
@@ -40,6 +42,9 @@ class Pass:
     end_ns: int = 0
     nbytes: int = 0
     cpu_busy: float = float("nan")  # share of the machine's CPU time in use during the pass
+    cpu_stolen: float = float("nan")  # share of it the hypervisor gave to other machines
+    app_on_cpu_s: float = float("nan")  # the app's worker: time on a CPU during the pass
+    app_runq_s: float = float("nan")  # and time ready to run but waiting for a CPU
     deltas: list[tuple[int, bytes]] = field(default_factory=list)  # (arrival ns, token or b"")
 
     @property
@@ -97,11 +102,25 @@ def latencies_ms(run: Pass, stamps: dict[bytes, int]) -> list[float]:
     return [(ts - stamps[token]) / 1e6 for ts, token in run.deltas if token in stamps]
 
 
-def cpu_jiffies() -> tuple[int, int]:
-    """(busy, total) CPU time of the whole machine so far, from /proc/stat."""
+def cpu_jiffies() -> tuple[int, int, int]:
+    """(busy, total, stolen) CPU time of the whole machine so far, from /proc/stat."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
+    steal = fields[7] if len(fields) > 7 else 0  # a virtual CPU's time the host ran others on
+    return sum(fields) - idle, sum(fields), steal
+
+
+def sched_ns(pid: int | None) -> tuple[int, int]:
+    """(on a CPU, ready but waiting for a CPU) in ns, summed over the threads of ``pid``."""
+    on_cpu = waiting = 0
+    if pid is None:
+        return on_cpu, waiting
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, ValueError):  # a thread that just ended
+            run, wait, _slices = (int(v) for v in (task / "schedstat").read_text().split())
+            on_cpu += run
+            waiting += wait
+    return on_cpu, waiting
 
 
 async def direct_pass(direct: Direct, prompt: str) -> Pass:
@@ -111,17 +130,25 @@ async def direct_pass(direct: Direct, prompt: str) -> Pass:
     return _with_cpu(run, before)
 
 
-async def app_pass(client: httpx.AsyncClient, project_id: int, prompt: str) -> Pass:
-    before = cpu_jiffies()
+async def app_pass(
+    client: httpx.AsyncClient, project_id: int, prompt: str, *, app_pid: int | None = None
+) -> Pass:
+    """``app_pid``: the app's worker process, whose scheduling the pass then reports."""
+    before, sched_before = cpu_jiffies(), sched_ns(app_pid)
     async with asyncio.timeout(PASS_TIMEOUT):
         run = await _app_pass(client, project_id, prompt)
+    if app_pid is not None:
+        on_cpu, waiting = sched_ns(app_pid)
+        run.app_on_cpu_s = (on_cpu - sched_before[0]) / 1e9
+        run.app_runq_s = (waiting - sched_before[1]) / 1e9
     return _with_cpu(run, before)
 
 
-def _with_cpu(run: Pass, before: tuple[int, int]) -> Pass:
-    busy, total = cpu_jiffies()
+def _with_cpu(run: Pass, before: tuple[int, int, int]) -> Pass:
+    busy, total, stolen = cpu_jiffies()
     if total > before[1]:
         run.cpu_busy = (busy - before[0]) / (total - before[1])
+        run.cpu_stolen = (stolen - before[2]) / (total - before[1])
     return run
 
 
@@ -137,6 +164,7 @@ async def _direct_pass(direct: Direct, prompt: str) -> Pass:
         start_new_session=True,
     )
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    lower_priority(proc.pid, direct.nice)
     received: list[tuple[int, bytes]] = []
     try:
         stderr = asyncio.create_task(proc.stderr.read())
