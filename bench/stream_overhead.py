@@ -84,7 +84,7 @@ async def measure(stack: harness.Stack, direct: Direct, flag: Path, args: argpar
         # Warm-up: first CLI start, first run through the app (imports, connections, caches).
         warm = repeat_script(200)
         await direct_pass(direct, warm)
-        await app_pass(client, stack.project_id, warm)
+        await app_pass(client, stack.project_id, warm, app_pid=stack.app_pid)
 
         throughput = repeat_script(args.deltas)
         for rep in range(args.reps):

@@ -110,11 +110,9 @@ def cpu_jiffies() -> tuple[int, int, int]:
     return sum(fields) - idle, sum(fields), steal
 
 
-def sched_ns(pid: int | None) -> tuple[int, int]:
+def sched_ns(pid: int) -> tuple[int, int]:
     """(on a CPU, ready but waiting for a CPU) in ns, summed over the threads of ``pid``."""
     on_cpu = waiting = 0
-    if pid is None:
-        return on_cpu, waiting
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(OSError, ValueError):  # a thread that just ended
             run, wait, _slices = (int(v) for v in (task / "schedstat").read_text().split())
@@ -130,17 +128,14 @@ async def direct_pass(direct: Direct, prompt: str) -> Pass:
     return _with_cpu(run, before)
 
 
-async def app_pass(
-    client: httpx.AsyncClient, project_id: int, prompt: str, *, app_pid: int | None = None
-) -> Pass:
-    """``app_pid``: the app's worker process, whose scheduling the pass then reports."""
+async def app_pass(client: httpx.AsyncClient, project_id: int, prompt: str, *, app_pid: int) -> Pass:
+    """``app_pid``: the app's worker process, whose scheduling the pass reports."""
     before, sched_before = cpu_jiffies(), sched_ns(app_pid)
     async with asyncio.timeout(PASS_TIMEOUT):
         run = await _app_pass(client, project_id, prompt)
-    if app_pid is not None:
-        on_cpu, waiting = sched_ns(app_pid)
-        run.app_on_cpu_s = (on_cpu - sched_before[0]) / 1e9
-        run.app_runq_s = (waiting - sched_before[1]) / 1e9
+    on_cpu, waiting = sched_ns(app_pid)
+    run.app_on_cpu_s = (on_cpu - sched_before[0]) / 1e9
+    run.app_runq_s = (waiting - sched_before[1]) / 1e9
     return _with_cpu(run, before)
 
 
