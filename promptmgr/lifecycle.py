@@ -11,10 +11,13 @@ logger = logging.getLogger(__name__)
 
 
 async def on_startup() -> None:
-    """Sweep what a crashed worker left: stale run secrets and runs nobody owns any more."""
+    """Start the Markdown render process; sweep what a crashed worker left: stale run
+    secrets and runs nobody owns any more."""
     from askuser.runtime import sweep_stale_secrets
+    from promptmgr.markdown import start_renderer
     from promptmgr.recovery import recover_orphaned_runs
 
+    start_renderer()
     orphaned = await sync_to_async(recover_orphaned_runs)()
     if orphaned:
         logger.warning("marked %d orphaned runs as failed: %s", len(orphaned), orphaned)

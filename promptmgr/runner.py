@@ -31,7 +31,7 @@ from askuser import delivery as askuser_delivery
 from askuser import runtime as askuser_runtime
 from askuser import services as askuser_services
 
-from . import live
+from . import live, markdown
 from .cli import build_command, child_env, find_claude_cli
 from .engines import sdk as sdk_engine
 from .event_history import all_events, persist_events
@@ -333,6 +333,8 @@ class RunSupervisor:
                     continue
             else:
                 await self._emit_held_text()
+            if event == "assistant_text":
+                data["html"] = await self._render(data["text"])
             if event == "result":
                 self.result = data
             await self.emit(event, data)
@@ -343,6 +345,13 @@ class RunSupervisor:
                 # The verdict must follow the tool result it is about.
                 await self._flush()
                 await askuser_delivery.question_result_seen(run_id=self.run_id, result=data)
+
+    async def _render(self, text: str) -> str:
+        """A reply's sanitized HTML, rendered while the event loop serves everyone else."""
+        # What came before the reply (its last streamed text, above all) must reach the
+        # browser now, not wait in this batch behind the render.
+        await self._flush()
+        return await markdown.render_markdown_async(text)
 
     async def _emit_held_text(self) -> None:
         """Release the streamed text held back in case it was the start of a token."""
@@ -463,3 +472,4 @@ async def shutdown_all(timeout: float = 20.0) -> None:
         task.cancel()
     if tasks:
         await asyncio.wait(tasks, timeout=timeout)
+    markdown.stop_renderer()

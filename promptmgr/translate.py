@@ -1,15 +1,15 @@
 """Translate Claude Code's stream-json lines into the app's named SSE events.
 
 Both engines produce these events (the SDK engine builds the same dicts from SDK
-messages), so the browser needs no engine-specific code.
+messages), so the browser needs no engine-specific code. Translation is cheap and
+synchronous; the one costly step, rendering an ``assistant_text``'s Markdown into its
+``html``, is left to the runner, which does it off the event loop (see ``markdown``).
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
-
-from .markdown import render_markdown
 
 TOOL_RESULT_MAX_CHARS = 20_000
 Translated = list[tuple[str, dict[str, Any]]]
@@ -85,7 +85,7 @@ def _assistant(line: dict[str, Any]) -> Translated:
             out.append(
                 (
                     "assistant_text",
-                    {"text": text, "html": render_markdown(text), "parent_tool_use_id": parent},
+                    {"text": text, "parent_tool_use_id": parent},
                 )
             )
         elif kind == "tool_use":

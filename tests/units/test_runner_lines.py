@@ -1,9 +1,11 @@
-"""What the supervisor makes of lines it cannot show."""
+"""What the supervisor makes of the lines it reads: batches, cut lines, tokens, long replies."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+import pytest
 
 from promptmgr import live
 from promptmgr.processes import TIMEOUT, Line, LineTimeout
@@ -83,3 +85,31 @@ async def test_a_token_the_model_streams_in_pieces_never_reaches_the_event_strea
     shown = "".join(e.data["text"] for e in events)
     assert token not in shown
     assert shown == "The config says pmr_[redacted], done."
+
+
+async def test_text_streamed_before_a_long_reply_is_not_held_back_by_its_render(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from promptmgr import markdown
+
+    reply = "word " * 2_000
+    seen_at_render: list[str] = []
+
+    async def render(text: str) -> str:
+        seen_at_render.extend(e.event for e in await live.read_events(474747, 0))
+        return await real_render(text)
+
+    real_render = markdown.render_markdown_async
+    monkeypatch.setattr(markdown, "render_markdown_async", render)
+    assistant = {"type": "assistant", "message": {"content": [{"type": "text", "text": reply}]}}
+    burst = [delta_line("a"), delta_line("b"), Line(json.dumps(assistant).encode())]
+    supervisor = RunSupervisor(run_id=474747)
+    supervisor.process = ReadyLines(burst[1:])  # type: ignore[assignment]
+    ctx: Any = None
+
+    await supervisor._handle_ready(ctx, burst[0])
+
+    assert seen_at_render == ["text_delta"]
+    events = await live.read_events(474747, 0)
+    assert [e.event for e in events] == ["text_delta", "assistant_text"]
+    assert events[1].data["html"] == markdown.render_markdown(reply)

@@ -29,23 +29,13 @@ def test_init_line_becomes_a_session_event() -> None:
     ]
 
 
-def test_assistant_markdown_is_sanitized_html() -> None:
+def test_a_text_block_becomes_assistant_text_whose_html_the_runner_adds() -> None:
     line = {
         "type": "assistant",
-        "message": {"content": [{"type": "text", "text": "**hi** <script>x()</script>"}]},
+        "parent_tool_use_id": "t1",
+        "message": {"content": [{"type": "text", "text": "**hi**"}]},
     }
-    [(name, data)] = translate(line)
-    assert name == "assistant_text"
-    assert data["html"] == "<p><strong>hi</strong> &lt;script&gt;x()&lt;/script&gt;</p>\n"
-
-
-def test_javascript_links_are_dropped() -> None:
-    line = {
-        "type": "assistant",
-        "message": {"content": [{"type": "text", "text": "[x](javascript:alert(1))"}]},
-    }
-    [(_name, data)] = translate(line)
-    assert "<a" not in data["html"] and "href" not in data["html"]
+    assert translate(line) == [("assistant_text", {"text": "**hi**", "parent_tool_use_id": "t1"})]
 
 
 def test_tool_results_are_clipped_with_a_marker() -> None:
