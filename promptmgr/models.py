@@ -82,6 +82,18 @@ class Project(models.Model):
         return self.name
 
 
+class ConversationQuerySet(models.QuerySet["Conversation"]):
+    def with_active_status(self) -> ConversationQuerySet:
+        """Annotate ``active_status``: the status of the conversation's unfinished run, or None.
+
+        The sidebar shows it, so a question waiting in a conversation that is not open is
+        not missed."""
+        active = (
+            Run.objects.active().filter(conversation=models.OuterRef("pk")).order_by("-created_at", "-id")
+        )
+        return self.annotate(active_status=models.Subquery(active.values("status")[:1]))
+
+
 class Conversation(models.Model):
     """A thread of runs that continue one Claude session (``--resume``)."""
 
@@ -91,6 +103,8 @@ class Conversation(models.Model):
     claude_session_id = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ConversationQuerySet.as_manager()
 
     class Meta:
         ordering = ["-updated_at", "-id"]

@@ -54,6 +54,10 @@ class ConversationOut(Schema):
     updated_at: datetime
 
 
+class ConversationListItemOut(ConversationOut):
+    active_status: str | None  # queued, running or waiting_for_user while a run is unfinished
+
+
 class ConversationDetailOut(ConversationOut):
     runs: list[dict[str, Any]]
 
@@ -128,13 +132,15 @@ async def run_events(
     return response
 
 
-@router.get("/projects/{project_id}/conversations", response={200: list[ConversationOut], 404: Message})
+@router.get(
+    "/projects/{project_id}/conversations", response={200: list[ConversationListItemOut], 404: Message}
+)
 def list_conversations(request: HttpRequest, project_id: int) -> Any:
     try:
         project = runs_service.project_visible(user=request.user, project_id=project_id)
     except runs_service.RunError as exc:
         raise _fail(exc) from None
-    return list(project.conversations.all()[:200])
+    return list(project.conversations.with_active_status()[:200])
 
 
 @router.get("/conversations/{conversation_id}", response={200: ConversationDetailOut, 404: Message})

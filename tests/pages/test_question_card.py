@@ -8,13 +8,11 @@ from typing import Any
 from playwright.sync_api import expect
 
 from tests.conftest import LiveServer
-from tests.helpers import browser_login, login_client, make_project, script
+from tests.helpers import QUOTE, ask, browser_login, login_client, make_project, script
 from tests.pages.chat import (
     HOLD_EVENTS_AFTER_ANSWER,
     PROMPT,
-    QUOTE,
     OpenChat,
-    ask,
     last_reply,
     release_events,
     send_prompt,

@@ -40,7 +40,10 @@ const view = new ConversationView({
   api,
   attention,
   hooks: {
-    onChange: () => updateComposer(),
+    onChange: () => {
+      updateComposer();
+      sidebar.showStatus(view.id, view.latestRun?.status ?? null);
+    },
     onRunEnded: () => {
       sidebar.refresh();
       if (!prompt.disabled) prompt.focus({ preventScroll: true });
@@ -140,7 +143,7 @@ part("new-conversation").addEventListener("click", () => {
 
 window.addEventListener("popstate", () => show(conversationFromUrl()));
 
-sidebar.refresh();
+sidebar.start();
 show(conversationFromUrl()).then(() => {
   if (!prompt.disabled) prompt.focus({ preventScroll: true });
 });
