@@ -21,12 +21,36 @@ def median(values: Sequence[float]) -> float:
     return percentile(values, 50)
 
 
+def median_ci(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """A distribution-free confidence interval for the median: the order statistics
+    (k, n + 1 - k) with the largest k whose binomial coverage is still ``confidence``.
+    (NaN, NaN) when there are too few values for that coverage (fewer than 6 at 95%)."""
+    ordered = sorted(values)
+    n = len(ordered)
+    k = 0
+    for candidate in range(1, n // 2 + 1):
+        # P(candidate <= Binomial(n, 1/2) <= n - candidate): the interval's coverage.
+        coverage = sum(math.comb(n, i) for i in range(candidate, n - candidate + 1)) / 2**n
+        if coverage < confidence:
+            break
+        k = candidate
+    if k == 0:
+        return math.nan, math.nan
+    return ordered[k - 1], ordered[n - k]
+
+
 def fmt(value: float, digits: int = 2) -> str:
     return "n/a" if math.isnan(value) else f"{value:,.{digits}f}"
 
 
 def pct(value: float) -> str:
     return "n/a" if math.isnan(value) else f"{value * 100:+.1f}%"
+
+
+def pct_with_ci(values: Sequence[float]) -> str:
+    """The median as a percentage, with its 95% confidence interval."""
+    low, high = median_ci(values)
+    return f"{pct(median(values))} (95% CI {pct(low)} to {pct(high)})"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, title: str = "") -> str:
