@@ -34,6 +34,7 @@ PIPE_BYTES = 1024 * 1024
 MAX_NICE = 19  # the lowest CPU priority
 SELF_AUTOGROUP = Path("/proc/self/autogroup")  # this server's session (see lower_priority)
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
+EXIT_GRACE = 2.0  # seconds a child whose output ended gets to exit by itself
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
 STDERR_TAIL_BYTES = 16 * 1024
 
@@ -247,6 +248,7 @@ class ManagedProcess:
         self._stderr_size = 0
         self._tasks: list[asyncio.Task[None]] = []
         self.stdout_reads = 0  # reads of stdout so far: a burst of lines takes few (see READ_INTERVAL)
+        self.output_ended = False  # the child closed its stdout: it is on its way out
 
     @classmethod
     async def spawn(
@@ -342,6 +344,7 @@ class ManagedProcess:
                         await self.lines.put(Line(bytes(buffer)))
                     buffer.clear()
                     start = newline + 1
+            self.output_ended = True
             if buffer and not skipping:
                 await self.lines.put(Line(bytes(buffer)))
         finally:
@@ -386,7 +389,14 @@ class ManagedProcess:
         """Nothing to do: lines need no acknowledgement here (see the SDK engine's)."""
 
     async def stop(self, *, grace: float = KILL_GRACE) -> int:
-        """Terminate the whole tree, kill what is left after ``grace``, reap the child."""
+        """Terminate the whole tree, kill what is left after ``grace``, reap the child.
+
+        A child whose output has ended is finishing on its own (the CLI saves its session
+        then, which ``--resume`` needs), so it first gets ``EXIT_GRACE`` to exit unsignalled;
+        its exit is awaited, not polled, so a normal ending costs no extra time."""
+        if self.output_ended and self.proc.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), EXIT_GRACE)
         await self.tree.reap(grace, also=lambda: self.proc.returncode is not None)
         code = await self.proc.wait()
         # The drains end once the pipes close; give them a moment, then stop waiting. A

@@ -87,6 +87,42 @@ async def test_stop_kills_the_whole_group_including_grandchildren(tmp_path: Path
     assert group_members(proc.pgid) == []
 
 
+# Closes its output, then takes a moment to finish (as the CLI does while it saves its
+# session); a SIGTERM in that moment is recorded.
+FINISHING_CHILD = """
+import os, signal, sys, time
+def terminated(*_):
+    open("ending", "w").write("terminated")
+    os._exit(143)
+signal.signal(signal.SIGTERM, terminated)
+print("last line", flush=True)
+os.close(1)
+time.sleep(0.5)
+open("ending", "w").write("exited by itself")
+"""
+
+
+async def test_a_child_that_closed_its_output_may_finish_without_a_signal(tmp_path: Path) -> None:
+    proc = await spawn(FINISHING_CHILD, tmp_path)
+    assert await lines_of(proc) == [Line(b"last line")]
+
+    assert await proc.stop() == 0
+
+    assert (tmp_path / "ending").read_text() == "exited by itself"
+
+
+async def test_a_child_that_closed_its_output_but_lingers_is_terminated_after_the_exit_grace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(processes, "EXIT_GRACE", 0.1)
+    proc = await spawn(FINISHING_CHILD, tmp_path)
+    assert await lines_of(proc) == [Line(b"last line")]
+
+    assert await proc.stop() == 143
+
+    assert (tmp_path / "ending").read_text() == "terminated"
+
+
 async def test_a_burst_of_lines_is_read_in_gulps_with_every_line_in_order(tmp_path: Path) -> None:
     # One write per line, a line every 0.5 ms, as the Claude CLI prints stream-json at
     # full speed. Read as they come, that would be a read (and a flush to Redis and to
