@@ -391,9 +391,9 @@ class ManagedProcess:
     async def stop(self, *, grace: float = KILL_GRACE) -> int:
         """Terminate the whole tree, kill what is left after ``grace``, reap the child.
 
-        A child whose output has ended is finishing on its own (the CLI saves its session
-        then, which ``--resume`` needs), so it first gets ``EXIT_GRACE`` to exit unsignalled;
-        its exit is awaited, not polled, so a normal ending costs no extra time."""
+        A child whose output has ended is finishing on its own, so it first gets
+        ``EXIT_GRACE`` to exit unsignalled; its exit is awaited, not polled, so a normal
+        ending costs no extra time (signalling at once and polling cost ~60 ms a run)."""
         if self.output_ended and self.proc.returncode is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.proc.wait(), EXIT_GRACE)
