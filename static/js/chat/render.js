@@ -15,6 +15,11 @@ export const STATUS_LABELS = {
   unknown: "Ended",
 };
 
+/** A run's status as a chip: the run footer's and the sidebar's. */
+export function statusChip(status) {
+  return el("span", { class: `status-chip is-${status}`, text: STATUS_LABELS[status] || status });
+}
+
 const SUMMARY_KEYS = ["command", "file_path", "notebook_path", "pattern", "url", "query", "description", "question", "prompt"];
 const SUMMARY_MAX = 140;
 
@@ -184,7 +189,7 @@ export class RunView {
     const duration = data.duration_ms ?? this.result?.duration_ms;
     const turns = this.result?.num_turns;
     const parts = [
-      el("span", { class: `status-chip is-${this.status}`, text: STATUS_LABELS[this.status] || this.status }),
+      statusChip(this.status),
       formatCost(cost) && el("span", { class: "run-cost", text: formatCost(cost) }),
       formatDuration(duration) && el("span", { class: "run-duration", text: formatDuration(duration) }),
       turns ? el("span", { text: turns === 1 ? "1 turn" : `${turns} turns` }) : null,

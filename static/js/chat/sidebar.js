@@ -2,7 +2,7 @@
 // an unfinished run says so ("Waiting for you" above all), so no question goes unseen.
 
 import { el } from "./dom.js";
-import { ACTIVE_STATUSES, STATUS_LABELS } from "./render.js";
+import { ACTIVE_STATUSES, statusChip } from "./render.js";
 
 const TIME_FORMAT = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric", hour: "numeric", minute: "2-digit" });
 // Runs in conversations that are not open (a colleague's, another tab's) are only seen
@@ -93,5 +93,5 @@ function setChip(link, status) {
   const meta = link.querySelector(".chat-conversation-meta");
   meta.querySelector(".status-chip")?.remove();
   if (!ACTIVE_STATUSES.has(status)) return;
-  meta.append(el("span", { class: `status-chip is-${status}`, text: STATUS_LABELS[status] }));
+  meta.append(statusChip(status));
 }
