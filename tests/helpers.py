@@ -43,11 +43,13 @@ def make_project(*, owner: Any, members: tuple[Any, ...] = (), sync: bool = True
     return project
 
 
-def make_run(*, owner: Any, project: Any = None, status: str = "running") -> Any:
+def make_run(*, owner: Any, project: Any = None, status: str = "running", title: str = "") -> Any:
     """A run row in a new conversation (no CLI): for tests of the question store and the like."""
     from promptmgr.models import Conversation, Run
 
-    conversation = Conversation.objects.create(project=project or make_project(owner=owner), user=owner)
+    conversation = Conversation.objects.create(
+        project=project or make_project(owner=owner), user=owner, title=title
+    )
     return Run.objects.create(conversation=conversation, user=owner, prompt="p", status=status)
 
 

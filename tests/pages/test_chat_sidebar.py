@@ -6,7 +6,7 @@ from typing import Any
 
 from playwright.sync_api import expect
 
-from promptmgr.models import Conversation, RunStatus
+from promptmgr.models import RunStatus
 from tests.conftest import LiveServer
 from tests.helpers import (
     ask,
@@ -23,18 +23,12 @@ from tests.pages.chat import OpenChat, send_prompt
 CHIPS = ".chat-conversation .status-chip"
 
 
-def _titled_run(*, owner: Any, project: Any, status: str, title: str) -> Any:
-    run = make_run(owner=owner, project=project, status=status)
-    Conversation.objects.filter(pk=run.conversation_id).update(title=title)
-    return run
-
-
 def test_a_conversation_waiting_for_an_answer_is_marked_when_the_page_opens(
     open_chat: OpenChat, alice: Any
 ) -> None:
     project = make_project(owner=alice)
-    _titled_run(owner=alice, project=project, status=RunStatus.COMPLETED, title="Finished work")
-    _titled_run(owner=alice, project=project, status=RunStatus.WAITING_FOR_USER, title="Needs a decision")
+    make_run(owner=alice, project=project, status=RunStatus.COMPLETED, title="Finished work")
+    make_run(owner=alice, project=project, status=RunStatus.WAITING_FOR_USER, title="Needs a decision")
 
     page = open_chat(project)
 
