@@ -36,6 +36,7 @@ SELF_AUTOGROUP = Path("/proc/self/autogroup")  # this server's session (see lowe
 KILL_GRACE = 3.0  # seconds between SIGTERM and SIGKILL
 EXIT_GRACE = 2.0  # seconds a child whose output ended gets to exit by itself
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
+STAT_BYTES = 4096  # /proc/PID/stat is one short line (its command name is at most 64 bytes)
 STDERR_TAIL_BYTES = 16 * 1024
 
 
@@ -60,20 +61,43 @@ class ProcInfo:
 
 
 def live_processes() -> list[ProcInfo]:
-    """Every live (non-zombie) process with its parent and process group, from /proc."""
+    """Every live (non-zombie) process with its parent and process group, from /proc.
+
+    It runs on the event loop, at every ending of a run and at every idle read timeout,
+    so it reads with bare ``os`` calls: with ``pathlib`` the same scan took 3.9 ms for 80
+    processes here, blocking every stream of the worker; now 1.1 ms.
+    """
     found: list[ProcInfo] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
             continue
         try:
-            stat = (entry / "stat").read_text()
-        except OSError:
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
+            try:
+                stat = os.read(fd, STAT_BYTES)
+            finally:
+                os.close(fd)
+        except OSError:  # the process is gone
             continue
         # The command name may hold spaces or parentheses: parse after the last ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z":
-            found.append(ProcInfo(pid=int(entry.name), ppid=int(fields[1]), pgid=int(fields[2])))
+        fields = stat[stat.rfind(b")") + 2 :].split(None, 3)
+        if len(fields) > 2 and fields[0] != b"Z":
+            found.append(ProcInfo(pid=int(name), ppid=int(fields[1]), pgid=int(fields[2])))
     return found
+
+
+def group_exists(pgid: int) -> bool:
+    """Whether the process group has any member, a zombie included, without a /proc scan.
+
+    Signal 0 is never delivered: it only checks that the group exists.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process holds the id: it exists
+        return True
+    return True
 
 
 def group_members(pgid: int) -> list[int]:
@@ -132,7 +156,11 @@ class ProcessTree:
         signal_groups(live_groups(self.groups), sig)
 
     def alive(self) -> bool:
-        return bool(live_groups(self.groups))
+        # Signal 0 rules out groups with no member at all, so a normal ending (every
+        # group gone) costs no /proc scan; a group with members left is scanned, since a
+        # zombie member (its parent has not collected it yet) does not count as alive.
+        present = {pgid for pgid in self.groups if pgid <= 1 or group_exists(pgid)}
+        return bool(present) and bool(live_groups(present))
 
     def terminate(self, *, kill_after: float) -> None:
         """SIGTERM the tree now and SIGKILL whatever is left ``kill_after`` seconds later,
@@ -249,6 +277,7 @@ class ManagedProcess:
         self._tasks: list[asyncio.Task[None]] = []
         self.stdout_reads = 0  # reads of stdout so far: a burst of lines takes few (see READ_INTERVAL)
         self.output_ended = False  # the child closed its stdout: it is on its way out
+        self._exit_code: int | None = None  # set once stop() has reaped the tree
 
     @classmethod
     async def spawn(
@@ -393,7 +422,12 @@ class ManagedProcess:
 
         A child whose output has ended is finishing on its own, so it first gets
         ``EXIT_GRACE`` to exit unsignalled; its exit is awaited, not polled, so a normal
-        ending costs no extra time (signalling at once and polling cost ~60 ms a run)."""
+        ending costs no extra time (signalling at once and polling cost ~60 ms a run).
+
+        The supervisor calls it when the output ends and again when the run finishes; the
+        second call returns the exit code without looking at the tree again."""
+        if self._exit_code is not None:
+            return self._exit_code
         if self.output_ended and self.proc.returncode is None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.proc.wait(), EXIT_GRACE)
@@ -407,6 +441,7 @@ class ManagedProcess:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=1)
+        self._exit_code = code
         return code
 
     async def wait(self) -> int:

@@ -6,13 +6,24 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from promptmgr import processes
-from promptmgr.processes import MAX_NICE, PIPE_BYTES, TIMEOUT, Line, ManagedProcess, group_members
+from promptmgr.processes import (
+    MAX_NICE,
+    PIPE_BYTES,
+    TIMEOUT,
+    Line,
+    ManagedProcess,
+    ProcessTree,
+    group_members,
+    live_processes,
+)
 
 
 async def spawn(code: str, tmp_path: Path, **kwargs: int) -> ManagedProcess:
@@ -85,6 +96,86 @@ async def test_stop_kills_the_whole_group_including_grandchildren(tmp_path: Path
     code_ = await proc.stop(grace=0.5)
     assert code_ < 0
     assert group_members(proc.pgid) == []
+
+
+def no_proc_scan() -> list[processes.ProcInfo]:
+    raise AssertionError("scanned /proc")
+
+
+def zombie_in_a_group_of_its_own() -> subprocess.Popen[bytes]:
+    """A child that has exited but was not collected yet: a zombie, leading its own group."""
+    child = subprocess.Popen(["true"], start_new_session=True)
+    stat = Path(f"/proc/{child.pid}/stat")
+    deadline = time.monotonic() + 10
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the child never exited"
+        time.sleep(0.01)
+    return child
+
+
+async def test_the_process_list_reads_odd_command_names_and_leaves_zombies_out(tmp_path: Path) -> None:
+    # A command name may hold spaces and parentheses; /proc/PID/stat does not quote it.
+    code = (
+        "import ctypes, time\n"
+        "ctypes.CDLL(None).prctl(15, b'a) b (c', 0, 0, 0)\n"  # PR_SET_NAME
+        "print('named', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    proc = await spawn(code, tmp_path)
+    zombie = zombie_in_a_group_of_its_own()
+    try:
+        assert await proc.next_line(10) == Line(b"named")
+        assert Path(f"/proc/{proc.pid}/comm").read_text() == "a) b (c\n"
+        found = {p.pid: p for p in live_processes()}
+        assert found[proc.pid] == processes.ProcInfo(pid=proc.pid, ppid=os.getpid(), pgid=proc.pid)
+        assert found[os.getpid()].pgid == os.getpgrp()
+        assert zombie.pid not in found
+    finally:
+        zombie.wait()
+        await proc.stop(grace=0.5)
+
+
+async def test_a_tree_whose_groups_are_all_gone_is_not_alive_without_a_proc_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    proc = await spawn("print('bye')", tmp_path)
+    assert await lines_of(proc) == [Line(b"bye")]
+    await proc.wait()
+    # The normal ending: every group is empty, and the kernel says so without a scan.
+    monkeypatch.setattr(processes, "live_processes", no_proc_scan)
+    assert not proc.tree.alive()
+
+
+async def test_a_group_left_with_only_a_zombie_is_not_alive() -> None:
+    zombie = zombie_in_a_group_of_its_own()
+    try:
+        assert processes.group_exists(zombie.pid)  # the kernel still counts it
+        assert not ProcessTree(zombie.pid).alive()  # but nothing is left to stop
+    finally:
+        zombie.wait()
+    assert not processes.group_exists(zombie.pid)
+
+
+async def test_a_group_with_a_live_member_is_alive(tmp_path: Path) -> None:
+    proc = await spawn("import time; print('up', flush=True); time.sleep(60)", tmp_path)
+    try:
+        assert await proc.next_line(10) == Line(b"up")
+        assert proc.tree.alive()
+    finally:
+        await proc.stop(grace=0.5)
+    assert not proc.tree.alive()
+
+
+async def test_stopping_again_returns_the_exit_code_without_looking_at_the_tree(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The supervisor stops the CLI when its output ends and again when the run finishes.
+    proc = await spawn("import sys; print('done'); sys.exit(3)", tmp_path)
+    assert await lines_of(proc) == [Line(b"done")]
+    assert await proc.stop() == 3
+    monkeypatch.setattr(processes, "live_processes", no_proc_scan)
+    monkeypatch.setattr(processes, "group_exists", lambda _pgid: pytest.fail("looked at the tree"))
+    assert await proc.stop() == 3
 
 
 # Closes its output, then takes a moment to finish (as the CLI does while it saves its
