@@ -1,6 +1,7 @@
 """Subprocess handling, all in one place.
 
-A child is spawned in its own process group (session), its stdout and stderr are
+A child is spawned with vfork (``SpawnedChild``) in its own process group (session), its
+input is fed without blocking the event loop, its stdout and stderr are
 drained concurrently, stdout is split into lines of any length (a line over
 ``max_line_bytes`` is cut and flagged, never a crash), stdout is read in paced gulps
 while the child prints in a burst (see ``READ_INTERVAL``), and on every ending the whole
@@ -16,6 +17,8 @@ import contextlib
 import fcntl
 import os
 import signal
+import subprocess
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -265,8 +268,77 @@ def _resume(transport: asyncio.ReadTransport) -> None:
         transport.resume_reading()
 
 
+class SpawnedChild:
+    """A child started by ``subprocess.Popen``, its exit heard by the event loop.
+
+    Not the event loop's own subprocess support: Popen starts the child with vfork,
+    0.2 ms here, where uvloop forks the whole worker, 8.5 ms at 200 MB resident, with
+    the event loop (every stream of the worker) blocked throughout and the worker's
+    memory then copied on write. The exit arrives through a pidfd on the event loop, or
+    where the kernel or a seccomp profile refuses pidfds, through a thread that waits.
+    """
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self._exited = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        try:
+            self._pidfd = os.pidfd_open(popen.pid)
+        except (OSError, AttributeError):  # before Linux 5.3, or a seccomp profile says no
+            self._pidfd = -1
+            threading.Thread(target=self._wait_in_thread, name=f"wait-{self.pid}", daemon=True).start()
+        else:
+            self._loop.add_reader(self._pidfd, self._collect)
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the child is reaped (minus the signal that killed it), else None."""
+        return self.popen.returncode if self._exited.is_set() else None
+
+    async def wait(self) -> int:
+        await self._exited.wait()
+        code = self.popen.returncode
+        assert code is not None
+        return code
+
+    def _collect(self) -> None:
+        """The pidfd became readable: the child has exited; reap it."""
+        self._loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self.popen.wait()  # a zombie already: returns at once
+        self._exited.set()
+
+    def _wait_in_thread(self) -> None:
+        self.popen.wait()
+        with contextlib.suppress(RuntimeError):  # the event loop is closed: nobody waits
+            self._loop.call_soon_threadsafe(self._exited.set)
+
+
+async def _feed(fd: int, data: bytes) -> None:
+    """Write ``data`` to a pipe the child reads, then close it; a child that is gone misses it."""
+    os.set_blocking(fd, False)
+    loop = asyncio.get_running_loop()
+    view = memoryview(data)
+    try:
+        while view:
+            try:
+                view = view[os.write(fd, view) :]
+            except BlockingIOError:  # the pipe is full: wait until the child reads some
+                writable = loop.create_future()
+                loop.add_writer(fd, writable.set_result, None)
+                try:
+                    await writable
+                finally:
+                    loop.remove_writer(fd)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # a child that exits before reading its input is reported by its exit
+    finally:
+        os.close(fd)
+
+
 class ManagedProcess:
-    def __init__(self, proc: asyncio.subprocess.Process, *, max_line_bytes: int, queue_size: int) -> None:
+    def __init__(self, proc: SpawnedChild, *, max_line_bytes: int, queue_size: int) -> None:
         self.proc = proc
         self.pgid = proc.pid
         self.tree = ProcessTree(proc.pid)
@@ -296,12 +368,13 @@ class ManagedProcess:
         # both are closed by their drains even when a stray process holds the other end.
         stdout_child, stdout, stdout_transport = await _pipe_from_child(widen=True)
         stderr_child, stderr, stderr_transport = await _pipe_from_child(widen=False)
+        stdin_child, stdin = os.pipe()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
+            popen = subprocess.Popen(
+                argv,
                 cwd=cwd,
                 env=env,
-                stdin=asyncio.subprocess.PIPE,
+                stdin=stdin_child,
                 stdout=stdout_child,
                 stderr=stderr_child,
                 start_new_session=True,
@@ -309,15 +382,16 @@ class ManagedProcess:
         except BaseException:
             stdout_transport.close()
             stderr_transport.close()
+            os.close(stdin)
             raise
         finally:
             # The child holds its copies; the output ends only once ours are closed too.
-            os.close(stdout_child)
-            os.close(stderr_child)
-        lower_priority(proc.pid, nice)
-        managed = cls(proc, max_line_bytes=max_line_bytes, queue_size=queue_size)
+            for fd in (stdin_child, stdout_child, stderr_child):
+                os.close(fd)
+        lower_priority(popen.pid, nice)
+        managed = cls(SpawnedChild(popen), max_line_bytes=max_line_bytes, queue_size=queue_size)
         managed._tasks = [
-            asyncio.create_task(managed._feed_stdin(stdin_data)),
+            asyncio.create_task(_feed(stdin, stdin_data)),
             asyncio.create_task(managed._drain_stdout(stdout, stdout_transport)),
             asyncio.create_task(managed._drain_stderr(stderr, stderr_transport)),
         ]
@@ -326,16 +400,6 @@ class ManagedProcess:
     @property
     def pid(self) -> int:
         return self.proc.pid
-
-    async def _feed_stdin(self, data: bytes) -> None:
-        stdin = self.proc.stdin
-        assert stdin is not None
-        # A child that exits before reading its input is reported by its exit, not here
-        # (uvloop raises RuntimeError for a closed pipe).
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError, RuntimeError):
-            stdin.write(data)
-            await stdin.drain()
-            stdin.close()
 
     async def _drain_stdout(self, stdout: asyncio.StreamReader, transport: asyncio.ReadTransport) -> None:
         limit = self.max_line_bytes

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import signal
 import subprocess
@@ -286,3 +287,47 @@ async def test_the_child_runs_at_a_lower_cpu_priority_than_the_server(
     else:
         fields = own_autogroup.read_text().split()  # "/autogroup-7 nice 0", or empty
         assert session_nice == str(min(MAX_NICE, (int(fields[-1]) if fields else 0) + 7))
+
+
+async def test_a_prompt_larger_than_the_pipe_reaches_the_child_whole(tmp_path: Path) -> None:
+    # 3 MB does not fit the pipe: the feed has to wait for the child to read.
+    data = bytes(range(256)) * (3 * 4096)
+    code = "import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())"
+    proc = await ManagedProcess.spawn(
+        [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), stdin_data=data
+    )
+    assert await lines_of(proc) == [Line(hashlib.sha256(data).hexdigest().encode())]
+    assert await proc.stop() == 0
+
+
+async def test_a_child_that_exits_without_reading_its_input_reports_its_exit(tmp_path: Path) -> None:
+    proc = await ManagedProcess.spawn(
+        [sys.executable, "-c", "import sys; sys.exit(4)"],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        stdin_data=b"x" * (4 * 1024 * 1024),
+    )
+    assert await lines_of(proc) == []
+    assert await proc.stop() == 4
+
+
+@pytest.mark.parametrize("exit_heard_by", ["a pidfd", "a waiting thread"])
+async def test_the_exit_code_and_a_killing_signal_are_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exit_heard_by: str
+) -> None:
+    if exit_heard_by == "a waiting thread":
+
+        def refused(_pid: int) -> int:
+            raise PermissionError("pidfd_open refused by a seccomp profile")
+
+        monkeypatch.setattr(os, "pidfd_open", refused)
+    exits = await spawn("import sys; sys.exit(7)", tmp_path)
+    assert await asyncio.wait_for(exits.wait(), 10) == 7
+    assert exits.proc.returncode == 7
+
+    killed = await spawn("import time; print('up', flush=True); time.sleep(60)", tmp_path)
+    assert await killed.next_line(10) == Line(b"up")
+    os.kill(killed.pid, signal.SIGKILL)
+    assert await asyncio.wait_for(killed.wait(), 10) == -signal.SIGKILL
+    for proc in (exits, killed):
+        await proc.stop()
