@@ -86,7 +86,13 @@ def _renderer() -> ProcessPoolExecutor:
 
 def start_renderer() -> None:
     """Start the render process now, so the first long reply does not wait for its imports."""
-    _renderer().submit(render_markdown, "")
+    try:
+        _renderer().submit(render_markdown, "")
+    except BrokenProcessPool:
+        # Left broken by an earlier serving in this process that never stopped it (its
+        # render process died meanwhile): a start-up must not fail on it.
+        stop_renderer()
+        _renderer().submit(render_markdown, "")
 
 
 def stop_renderer() -> None:

@@ -68,6 +68,22 @@ async def test_a_dead_render_process_loses_no_reply(fresh_renderer: None) -> Non
     assert fresh.pid != dead.pid and fresh.is_alive()
 
 
+async def test_starting_again_replaces_a_render_process_that_died_meanwhile(fresh_renderer: None) -> None:
+    markdown.start_renderer()
+    await render_markdown_async(LONG_REPLY)
+    [dead] = list(markdown._renderer()._processes.values())
+    dead.kill()
+    dead.join()
+    # The pool's own thread notices the death and marks the pool broken.
+    wait_until(lambda: bool(markdown._renderer()._broken), timeout=10, what="the pool to break")
+
+    markdown.start_renderer()
+
+    assert await render_markdown_async(LONG_REPLY) == render_markdown(LONG_REPLY)
+    [fresh] = list(markdown._renderer()._processes.values())
+    assert fresh.pid != dead.pid and fresh.is_alive()
+
+
 def alive(pid: int) -> bool:
     """Running, not gone and not a zombie (who reaps an orphan depends on the machine)."""
     try:
