@@ -315,26 +315,78 @@ class SpawnedChild:
             self._loop.call_soon_threadsafe(self._exited.set)
 
 
-async def _feed(fd: int, data: bytes) -> None:
-    """Write ``data`` to a pipe the child reads, then close it; a child that is gone misses it."""
-    os.set_blocking(fd, False)
+async def write_all(fd: int, data: bytes) -> None:
+    """Write ``data`` to a non-blocking pipe the child reads, waiting while the pipe is full.
+
+    BrokenPipeError when the child is gone."""
     loop = asyncio.get_running_loop()
     view = memoryview(data)
-    try:
-        while view:
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:  # the pipe is full: wait until the child reads some
+            writable = loop.create_future()
+            loop.add_writer(fd, writable.set_result, None)
             try:
-                view = view[os.write(fd, view) :]
-            except BlockingIOError:  # the pipe is full: wait until the child reads some
-                writable = loop.create_future()
-                loop.add_writer(fd, writable.set_result, None)
-                try:
-                    await writable
-                finally:
-                    loop.remove_writer(fd)
+                await writable
+            finally:
+                loop.remove_writer(fd)
+
+
+async def _feed(fd: int, data: bytes) -> None:
+    """Write ``data`` to the child's input, then close it; a child that is gone misses it."""
+    try:
+        await write_all(fd, data)
     except (BrokenPipeError, ConnectionResetError):
         pass  # a child that exits before reading its input is reported by its exit
     finally:
         os.close(fd)
+
+
+@dataclass
+class PipedChild:
+    """A child just started by ``spawn_piped``, with this worker's ends of its pipes."""
+
+    child: SpawnedChild
+    stdin: int  # the write end, non-blocking; whoever feeds the child closes it
+    stdout: asyncio.StreamReader
+    stdout_transport: asyncio.ReadTransport
+    stderr: asyncio.StreamReader
+    stderr_transport: asyncio.ReadTransport
+
+
+async def spawn_piped(
+    argv: list[str], *, cwd: Path | str | None, env: dict[str, str], nice: int
+) -> PipedChild:
+    """Start ``argv`` with vfork in a session of its own, ``nice`` lower in priority (see
+    ``lower_priority``), its stdin, stdout and stderr on pipes of ours."""
+    # Output pipes of our own: stdout can then be widened and its reading paced, and
+    # both are closed by their drains even when a stray process holds the other end.
+    stdout_child, stdout, stdout_transport = await _pipe_from_child(widen=True)
+    stderr_child, stderr, stderr_transport = await _pipe_from_child(widen=False)
+    stdin_child, stdin = os.pipe()
+    try:
+        popen = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=stdin_child,
+            stdout=stdout_child,
+            stderr=stderr_child,
+            start_new_session=True,
+        )
+    except BaseException:
+        stdout_transport.close()
+        stderr_transport.close()
+        os.close(stdin)
+        raise
+    finally:
+        # The child holds its copies; the output ends only once ours are closed too.
+        for fd in (stdin_child, stdout_child, stderr_child):
+            os.close(fd)
+    os.set_blocking(stdin, False)
+    lower_priority(popen.pid, nice)
+    return PipedChild(SpawnedChild(popen), stdin, stdout, stdout_transport, stderr, stderr_transport)
 
 
 class ManagedProcess:
@@ -364,36 +416,12 @@ class ManagedProcess:
         nice: int = 0,
     ) -> ManagedProcess:
         """Start ``argv`` in a session of its own, ``nice`` lower in priority (see ``lower_priority``)."""
-        # Output pipes of our own: stdout can then be widened and its reading paced, and
-        # both are closed by their drains even when a stray process holds the other end.
-        stdout_child, stdout, stdout_transport = await _pipe_from_child(widen=True)
-        stderr_child, stderr, stderr_transport = await _pipe_from_child(widen=False)
-        stdin_child, stdin = os.pipe()
-        try:
-            popen = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=stdin_child,
-                stdout=stdout_child,
-                stderr=stderr_child,
-                start_new_session=True,
-            )
-        except BaseException:
-            stdout_transport.close()
-            stderr_transport.close()
-            os.close(stdin)
-            raise
-        finally:
-            # The child holds its copies; the output ends only once ours are closed too.
-            for fd in (stdin_child, stdout_child, stderr_child):
-                os.close(fd)
-        lower_priority(popen.pid, nice)
-        managed = cls(SpawnedChild(popen), max_line_bytes=max_line_bytes, queue_size=queue_size)
+        piped = await spawn_piped(argv, cwd=cwd, env=env, nice=nice)
+        managed = cls(piped.child, max_line_bytes=max_line_bytes, queue_size=queue_size)
         managed._tasks = [
-            asyncio.create_task(_feed(stdin, stdin_data)),
-            asyncio.create_task(managed._drain_stdout(stdout, stdout_transport)),
-            asyncio.create_task(managed._drain_stderr(stderr, stderr_transport)),
+            asyncio.create_task(_feed(piped.stdin, stdin_data)),
+            asyncio.create_task(managed._drain_stdout(piped.stdout, piped.stdout_transport)),
+            asyncio.create_task(managed._drain_stderr(piped.stderr, piped.stderr_transport)),
         ]
         return managed
 
