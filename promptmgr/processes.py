@@ -92,8 +92,11 @@ def live_processes() -> list[ProcInfo]:
 def group_exists(pgid: int) -> bool:
     """Whether the process group has any member, a zombie included, without a /proc scan.
 
-    Signal 0 is never delivered: it only checks that the group exists.
+    Signal 0 is never delivered: it only checks that the group exists. Groups 0 and 1
+    are never asked (0 would mean this server's own group) and count as existing.
     """
+    if pgid <= 1:
+        return True
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
@@ -162,7 +165,7 @@ class ProcessTree:
         # Signal 0 rules out groups with no member at all, so a normal ending (every
         # group gone) costs no /proc scan; a group with members left is scanned, since a
         # zombie member (its parent has not collected it yet) does not count as alive.
-        present = {pgid for pgid in self.groups if pgid <= 1 or group_exists(pgid)}
+        present = {pgid for pgid in self.groups if group_exists(pgid)}
         return bool(present) and bool(live_groups(present))
 
     def terminate(self, *, kill_after: float) -> None:
@@ -284,12 +287,11 @@ class SpawnedChild:
         self._exited = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         try:
-            self._pidfd = os.pidfd_open(popen.pid)
+            pidfd = os.pidfd_open(popen.pid)
         except (OSError, AttributeError):  # before Linux 5.3, or a seccomp profile says no
-            self._pidfd = -1
             threading.Thread(target=self._wait_in_thread, name=f"wait-{self.pid}", daemon=True).start()
         else:
-            self._loop.add_reader(self._pidfd, self._collect)
+            self._loop.add_reader(pidfd, self._collect, pidfd)
 
     @property
     def returncode(self) -> int | None:
@@ -302,10 +304,10 @@ class SpawnedChild:
         assert code is not None
         return code
 
-    def _collect(self) -> None:
+    def _collect(self, pidfd: int) -> None:
         """The pidfd became readable: the child has exited; reap it."""
-        self._loop.remove_reader(self._pidfd)
-        os.close(self._pidfd)
+        self._loop.remove_reader(pidfd)
+        os.close(pidfd)
         self.popen.wait()  # a zombie already: returns at once
         self._exited.set()
 

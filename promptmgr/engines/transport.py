@@ -75,9 +75,8 @@ class _PipeSendStream(ByteSendStream):
 
 
 class PipedProcess(Process):
-    """The CLI started by ``processes.spawn_piped`` (vfork), as the anyio process the SDK's
-    transport expects from ``anyio.open_process``, which under uvloop forks the whole
-    worker with the event loop blocked (8.5 ms at 200 MB resident)."""
+    """The CLI started by ``processes.spawn_piped``, as the anyio process the SDK's
+    transport would get from ``anyio.open_process`` (why not that: ``SpawnedChild``)."""
 
     def __init__(self, piped: PipedChild) -> None:
         self._child: SpawnedChild = piped.child
