@@ -14,8 +14,8 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from core import events
 from mcp_server.answers import Answer, format_answer
-from promptmgr import live
 
 from .models import Question, QuestionSource, QuestionStatus
 
@@ -93,7 +93,7 @@ async def question_result_seen(*, run_id: int, result: dict[str, Any]) -> None:
     question, ok = verdict
     if not ok:
         logger.warning("answer to question %s reached Claude altered", question.question_id)
-    await live.append_event(
+    await events.append_event(
         run_id,
         "ask_user_delivered",
         {"question_id": str(question.question_id), "ok": ok, "answers": question.answers},

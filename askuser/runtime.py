@@ -21,7 +21,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from promptmgr import live
+from . import live
 
 logger = logging.getLogger(__name__)
 

@@ -8,6 +8,7 @@ or the SDK engine's callback) through a Redis list that is popped once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,9 +19,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from promptmgr import live
+from core import events
 from promptmgr.models import ACTIVE_RUN_STATUSES, Project, Run, RunStatus
+from promptmgr.services import run_state
 
+from . import live
 from .answers import AnswerError, FormAnswer, normalize_answers
 from .models import Question, QuestionSource, QuestionStatus
 
@@ -90,7 +93,7 @@ def _create_question(
             questions=questions,
             expires_at=timezone.now() + timedelta(seconds=timeout),
         )
-        Run.objects.filter(pk=run_id).update(status=RunStatus.WAITING_FOR_USER)
+        run_state.run_wait_for_user(run_id)
     return question, superseded
 
 
@@ -111,7 +114,7 @@ async def question_create(
     payload = _payload(question)
     payload["timeout"] = timeout
     await live.question_cache_put(run_id, payload, ttl=timeout + live.QUESTION_TTL_GRACE)
-    await live.append_event(run_id, "run_status", {"status": RunStatus.WAITING_FOR_USER})
+    await events.append_event(run_id, "run_status", {"status": RunStatus.WAITING_FOR_USER})
     await question_push_if_unshown(run_id=run_id)
     return payload
 
@@ -120,7 +123,7 @@ async def _announce_superseded(run_id: int, question_id: str) -> None:
     """Close a replaced question's card and end its wait now, not at the next long-poll turn."""
     await live.question_cache_clear(run_id, question_id)
     await live.answer_wake(question_id, ttl=live.QUESTION_TTL_GRACE)
-    await live.append_event(
+    await events.append_event(
         run_id, "ask_user_expired", {"question_id": question_id, "reason": REASON_SUPERSEDED}
     )
 
@@ -140,11 +143,17 @@ async def question_push_if_unshown(*, run_id: int) -> bool:
     ttl = int(cached.get("timeout", settings.ASK_USER_DEFAULT_TIMEOUT)) + live.QUESTION_TTL_GRACE
     if not await live.question_mark_shown(run_id, cached["question_id"], ttl=ttl):
         return False
-    await live.append_event(run_id, "ask_user_question", cached)
+    await events.append_event(run_id, "ask_user_question", cached)
     return True
 
 
 # --- Expiry and closing -----------------------------------------------------------------
+
+
+def _resume_run(run_id: int) -> None:
+    """Claude works again, unless the run ended meanwhile (then there is nothing to resume)."""
+    with contextlib.suppress(run_state.IllegalTransition):
+        run_state.run_resume(run_id)
 
 
 def _expire(question_id: str, status: str) -> Question | None:
@@ -155,9 +164,9 @@ def _expire(question_id: str, status: str) -> Question | None:
         if not updated:
             return None
         question = Question.objects.get(question_id=question_id)
-        Run.objects.filter(pk=question.run_id, status=RunStatus.WAITING_FOR_USER).update(
-            status=RunStatus.RUNNING
-        )
+        # A question cancelled because its run ends leaves the run's state to its ending.
+        if status != QuestionStatus.CANCELLED:
+            _resume_run(question.run_id)
     return question
 
 
@@ -168,11 +177,11 @@ async def question_expire(*, question_id: str, reason: str = "timeout") -> bool:
     if question is None:
         return False
     await live.question_cache_clear(question.run_id, question_id)
-    await live.append_event(
+    await events.append_event(
         question.run_id, "ask_user_expired", {"question_id": question_id, "reason": reason}
     )
     if reason != "cancelled":
-        await live.append_event(question.run_id, "run_status", {"status": RunStatus.RUNNING})
+        await events.append_event(question.run_id, "run_status", {"status": RunStatus.RUNNING})
     return True
 
 
@@ -229,9 +238,7 @@ def _record_answer(question_id: str, user: Any, form: FormAnswer) -> Question:
         if not updated:
             _check_open(question)  # raises 409 or 410: somebody else got there first
             raise QuestionError(409, MSG_ALREADY_ANSWERED)
-        Run.objects.filter(pk=question.run_id, status=RunStatus.WAITING_FOR_USER).update(
-            status=RunStatus.RUNNING
-        )
+        _resume_run(question.run_id)
     return question
 
 
@@ -264,7 +271,7 @@ async def answer_submit(*, question_id: str, user: Any, body: dict[str, Any]) ->
         "answered_by": getattr(user, "username", ""),
         "answered_at": (question.answered_at or timezone.now()).isoformat(),
     }
-    await live.append_events(
+    await events.append_events(
         question.run_id, [("ask_user_answered", event), ("run_status", {"status": RunStatus.RUNNING})]
     )
     await live.question_cache_clear(question.run_id, question_id)

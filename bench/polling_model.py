@@ -44,8 +44,8 @@ async def question_trial(index: int, offset: float, cwd: Path, watcher: StreamWa
     from django.conf import settings
     from django.utils import timezone
 
+    from askuser import live
     from askuser.services import question_push_if_unshown
-    from promptmgr import live
     from promptmgr.processes import TIMEOUT, ManagedProcess
 
     run_id = RUN_ID_BASE + index
@@ -91,17 +91,17 @@ class StreamWatcher:
     """
 
     def __init__(self, run_ids: list[int]) -> None:
-        from promptmgr import live
+        from core.events import events_key
 
-        self.keys = {live.events_key(run_id): run_id for run_id in run_ids}
+        self.keys = {events_key(run_id): run_id for run_id in run_ids}
         self.arrived: dict[int, asyncio.Future[int]] = {}
         for run_id in run_ids:
             self.arrived[run_id] = asyncio.get_running_loop().create_future()
 
     async def run(self) -> None:
-        from promptmgr import live
+        from core.redis import get_async_redis
 
-        client = live.get_async_redis()
+        client = get_async_redis()
         waiting: dict[str, str] = dict.fromkeys(self.keys, "0-0")
         while waiting:
             result = await client.xread(waiting, block=500)  # type: ignore[arg-type]
@@ -116,7 +116,7 @@ class StreamWatcher:
 
 
 async def answer_trial(offset: float) -> float:
-    from promptmgr import live
+    from askuser import live
 
     question_id = str(uuid.uuid4())
 

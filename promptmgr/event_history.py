@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from . import live
+from core.events import Event, read_events
+
 from .models import RunEvent
 
 
-def for_storage(events: list[live.Event]) -> list[live.Event]:
+def for_storage(events: list[Event]) -> list[Event]:
     """What the database keeps: everything but the text deltas a complete
     ``assistant_text`` repeats (deltas after the last one, e.g. of a cancelled reply, stay)."""
     last_text = max((i for i, e in enumerate(events) if e.event == "assistant_text"), default=-1)
     return [e for i, e in enumerate(events) if e.event != "text_delta" or i > last_text]
 
 
-def persist_events(run_id: int, events: list[live.Event]) -> None:
+def persist_events(run_id: int, events: list[Event]) -> None:
     """Keep the run's events in the database so the conversation outlives Redis."""
     RunEvent.objects.bulk_create(
         [RunEvent(run_id=run_id, seq=e.id, event=e.event, data=e.data) for e in for_storage(events)],
@@ -22,10 +23,10 @@ def persist_events(run_id: int, events: list[live.Event]) -> None:
     )
 
 
-async def all_events(run_id: int) -> list[live.Event]:
-    events: list[live.Event] = []
+async def all_events(run_id: int) -> list[Event]:
+    events: list[Event] = []
     after = 0
-    while batch := await live.read_events(run_id, after, count=2000):
+    while batch := await read_events(run_id, after, count=2000):
         events.extend(batch)
         after = batch[-1].id
     return events

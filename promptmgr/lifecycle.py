@@ -12,19 +12,21 @@ logger = logging.getLogger(__name__)
 
 
 async def on_startup() -> None:
-    """Start the Markdown render process; sweep what a crashed worker left: stale run
-    secrets and runs nobody owns any more; freeze what start-up loaded out of the
-    garbage collector's way."""
-    from askuser.runtime import sweep_stale_secrets
+    """Load the instance id; start the Markdown render process; sweep what a crashed
+    worker left (stale run secrets and runs nobody owns any more) now and then
+    periodically; freeze what start-up loaded out of the garbage collector's way."""
+    from askuser.facade import sweep_stale_secrets
+    from core.redis import load_instance_uid
     from promptmgr.markdown import start_renderer
-    from promptmgr.recovery import recover_orphaned_runs
+    from promptmgr.recovery import recover_orphaned_runs, start_sweeper
 
+    # Before anything touches Redis: every key carries this database's instance id.
+    await sync_to_async(load_instance_uid)()
     start_renderer()
-    orphaned = await sync_to_async(recover_orphaned_runs)()
-    if orphaned:
-        logger.warning("marked %d orphaned runs as failed: %s", len(orphaned), orphaned)
+    await sync_to_async(recover_orphaned_runs)()
     # After the recovery: the secrets of runs it just failed go too.
     await sync_to_async(sweep_stale_secrets)()
+    start_sweeper()
     # What start-up loaded (~135k objects: Django, the SDK, the app) lives as long as the
     # worker, and a full collection would walk all of it, stalling every stream of the
     # worker for ~100 ms; frozen, the collector skips it.
@@ -34,8 +36,10 @@ async def on_startup() -> None:
 
 async def on_shutdown() -> None:
     """Stop every run this worker owns, reaping their process groups."""
+    from promptmgr.recovery import stop_sweeper
     from promptmgr.runner import shutdown_all
 
+    await stop_sweeper()
     await shutdown_all()
     # Collectable again: a process that serves the app more than once (the tests) must
     # not keep what one serving left frozen.

@@ -18,8 +18,7 @@ import logging
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field
-from decimal import Decimal
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -27,9 +26,10 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from askuser import delivery as askuser_delivery
-from askuser import runtime as askuser_runtime
-from askuser import services as askuser_services
+from askuser import facade as askuser
+from core import events
+from core.events import Event
+from core.redis import decode_json, get_async_redis
 
 from . import live, markdown
 from .cli import build_command, child_env, find_claude_cli
@@ -37,6 +37,8 @@ from .engines import sdk as sdk_engine
 from .event_history import all_events, persist_events
 from .models import Conversation, Engine, Project, Run, RunStatus
 from .processes import TIMEOUT, Line, ManagedProcess
+from .services import run_state
+from .services.run_state import Outcome
 from .translate import translate
 from .workspaces import mcp_server_registered, workspace_path, workspace_sync
 
@@ -67,23 +69,9 @@ class RunContext:
     conversation: Conversation
 
 
-@dataclass
-class Outcome:
-    status: str
-    error: str = ""
-    exit_code: int | None = None
-    result: dict[str, Any] = field(default_factory=dict)
-
-
 def _load_context(run_id: int) -> RunContext:
     run = Run.objects.select_related("conversation__project").get(pk=run_id)
     return RunContext(run=run, project=run.conversation.project, conversation=run.conversation)
-
-
-def _mark_started(run_id: int) -> None:
-    Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
-        status=RunStatus.RUNNING, started_at=timezone.now()
-    )
 
 
 def _save_session_id(conversation_id: int, session_id: str) -> None:
@@ -93,18 +81,11 @@ def _save_session_id(conversation_id: int, session_id: str) -> None:
 
 
 def _record_outcome(run_id: int, outcome: Outcome) -> None:
-    result = outcome.result
-    cost = result.get("cost_usd")
-    Run.objects.filter(pk=run_id).update(
-        status=outcome.status,
-        ended_at=timezone.now(),
-        exit_code=outcome.exit_code,
-        error=outcome.error[:20_000],
-        cost_usd=Decimal(str(cost)) if isinstance(cost, int | float) else None,
-        usage=result.get("usage") or {},
-        duration_ms=result.get("duration_ms"),
-        num_turns=result.get("num_turns"),
-    )
+    try:
+        run_state.run_finish(run_id, outcome)
+    except run_state.IllegalTransition as exc:
+        # The sweep ended it first (its owner key had lapsed); its record stands.
+        logger.warning("run %s: outcome %s not recorded: %s", run_id, outcome.status, exc)
 
 
 def _same_block(pending: tuple[str, dict[str, Any]], delta: dict[str, Any]) -> bool:
@@ -127,11 +108,11 @@ class RunSupervisor:
         self.garbage = 0
         self.ask_user = False
         self.ask_user_timeout = settings.ASK_USER_DEFAULT_TIMEOUT
-        self.relay: askuser_runtime.RelaySession | None = None
+        self.relay: askuser.RelaySession | None = None
         # Ids of the ask tools' calls: only their results are checked against the answer.
         self.ask_tool_use_ids: set[str] = set()
-        self.emitted: list[live.Event] = []
-        self.redactor = askuser_runtime.DeltaRedactor()
+        self.emitted: list[Event] = []
+        self.redactor = askuser.DeltaRedactor()
         self._pending: list[tuple[str, dict[str, Any]]] = []
         self._batching = False
 
@@ -152,8 +133,8 @@ class RunSupervisor:
         batch, self._pending = self._pending, []
         # One round trip for the whole batch: at full speed the CLI prints thousands of
         # lines a second, and one Redis call per event could not keep up.
-        ids = await live.append_events(self.run_id, batch)
-        self.emitted.extend(live.Event(id=i, event=e, data=d) for i, (e, d) in zip(ids, batch, strict=True))
+        ids = await events.append_events(self.run_id, batch)
+        self.emitted.extend(Event(id=i, event=e, data=d) for i, (e, d) in zip(ids, batch, strict=True))
 
     def request_stop(self, status: str, message: str) -> None:
         """Stop the CLI; the read loop then sees end of output and records ``status``."""
@@ -168,7 +149,7 @@ class RunSupervisor:
         listener = asyncio.create_task(self._listen_for_cancel())
         try:
             await live.set_owner(self.run_id, WORKER_ID, ttl=OWNER_TTL)
-            await sync_to_async(_mark_started)(self.run_id)
+            await sync_to_async(run_state.run_mark_started)(self.run_id)
             await self.emit("run_status", {"status": RunStatus.RUNNING})
             if await live.cancel_requested(self.run_id):
                 self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
@@ -201,7 +182,7 @@ class RunSupervisor:
         self.ask_user_timeout = project.ask_user_timeout
         config_path = None
         if self.ask_user:
-            self.relay = await askuser_runtime.relay_session_open(
+            self.relay = await askuser.relay_session_open(
                 run_id=self.run_id,
                 project_id=project.pk,
                 stream_token=str(ctx.run.stream_token),
@@ -307,17 +288,16 @@ class RunSupervisor:
         await live.set_owner(self.run_id, WORKER_ID, ttl=OWNER_TTL)
         if not self.ask_user:
             return False
-        await askuser_services.question_push_if_unshown(run_id=self.run_id)
-        return await live.question_cache_get(self.run_id) is not None
+        return await askuser.show_waiting_question(self.run_id)
 
     async def _on_line(self, ctx: RunContext, line: Line) -> None:
         if line.truncated:
             limit = len(line.data) // (1024 * 1024)
             await self.emit("error", {"message": MSG_TRUNCATED.format(limit=limit)})
             return
-        raw = askuser_runtime.redact_tokens(line.data)
+        raw = askuser.redact_tokens(line.data)
         try:
-            parsed = live.decode_json(raw)
+            parsed = decode_json(raw)
             translated = translate(parsed) if isinstance(parsed, dict) else None
         except ValueError:  # not JSON, not UTF-8, or not shaped like stream-json
             translated = None
@@ -338,13 +318,13 @@ class RunSupervisor:
             if event == "result":
                 self.result = data
             await self.emit(event, data)
-            if event == "tool_use" and self.ask_user and data.get("name") in askuser_delivery.ASK_TOOL_NAMES:
+            if event == "tool_use" and self.ask_user and data.get("name") in askuser.ASK_TOOL_NAMES:
                 self.ask_tool_use_ids.add(str(data.get("id")))
             elif event == "tool_result" and data.get("tool_use_id") in self.ask_tool_use_ids:
                 self.ask_tool_use_ids.discard(str(data["tool_use_id"]))
                 # The verdict must follow the tool result it is about.
                 await self._flush()
-                await askuser_delivery.question_result_seen(run_id=self.run_id, result=data)
+                await askuser.question_result_seen(run_id=self.run_id, result=data)
 
     async def _render(self, text: str) -> str:
         """A reply's sanitized HTML, rendered while the event loop serves everyone else."""
@@ -378,17 +358,18 @@ class RunSupervisor:
             )
         if self.result is None:
             reasons.insert(0, MSG_NO_RESULT.format(code=code))
-        tail = self.process.stderr_tail()
-        if tail.strip():
-            reasons.append("stderr:\n" + tail.strip())
         return Outcome(
-            status=RunStatus.FAILED, exit_code=code, error="\n".join(reasons), result=self.result or {}
+            status=RunStatus.FAILED,
+            exit_code=code,
+            error="\n".join(reasons),
+            stderr=self.process.stderr_tail().strip(),
+            result=self.result or {},
         )
 
     async def _listen_for_cancel(self) -> None:
         """Hear cancel requests from any worker; a Redis hiccup falls back to the key check."""
         while True:
-            pubsub = live.get_async_redis().pubsub()
+            pubsub = get_async_redis().pubsub()
             try:
                 await pubsub.subscribe(live.control_channel(self.run_id))
                 while True:
@@ -413,10 +394,7 @@ class RunSupervisor:
         if self.process is not None:
             outcome.exit_code = await self.process.stop()
         if self.relay is not None:
-            # The secrets directory goes even when Redis cannot revoke the token.
-            askuser_runtime.remove_secrets(self.relay)
-            with contextlib.suppress(redis.RedisError):
-                await askuser_runtime.relay_session_close(self.relay)
+            await askuser.relay_close(self.relay)
         await sync_to_async(_record_outcome)(self.run_id, outcome)
         try:
             await self._close_live(ctx, outcome)
@@ -426,26 +404,29 @@ class RunSupervisor:
             await sync_to_async(persist_events)(self.run_id, self.emitted)
 
     async def _close_live(self, ctx: RunContext, outcome: Outcome) -> None:
-        await askuser_services.questions_close_for_run(run_id=self.run_id, run_status=outcome.status)
-        summary = outcome.error.split("\nstderr:")[0]
+        await askuser.questions_close_for_run(run_id=self.run_id, run_status=outcome.status)
         if outcome.error:
-            await self.emit("error", {"message": summary, "final": True})
+            await self.emit("error", {"message": outcome.error, "final": True})
         await self.emit(
             "run_status",
             {
                 "status": outcome.status,
-                "error": summary,
+                "error": outcome.error,
                 "cost_usd": (outcome.result or {}).get("cost_usd"),
                 "duration_ms": (outcome.result or {}).get("duration_ms"),
             },
         )
         # Persisted before "done", so a client that saw "done" finds the history stored;
         # only the "done" row itself follows a moment later.
-        events = await all_events(self.run_id)
-        await sync_to_async(persist_events)(self.run_id, events)
+        history = await all_events(self.run_id)
+        await sync_to_async(persist_events)(self.run_id, history)
         await self.emit("done", {"status": outcome.status})
-        await sync_to_async(persist_events)(self.run_id, await live.read_events(self.run_id, events[-1].id))
-        await live.expire_run_keys(self.run_id, settings.EVENT_STREAM_TTL)
+        await sync_to_async(persist_events)(
+            self.run_id, await events.read_events(self.run_id, history[-1].id)
+        )
+        await events.expire_stream(self.run_id, settings.EVENT_STREAM_TTL)
+        await askuser.forget_questions(self.run_id)
+        await live.clear_control(self.run_id)
         await live.release_run_slots([self.run_id], ctx.run.user_id)
 
 

@@ -42,6 +42,7 @@ class RunOut(Schema):
     ended_at: datetime | None
     exit_code: int | None
     error: str
+    stderr_tail: str
     cost_usd: Decimal | None
     usage: dict[str, Any]
     duration_ms: int | None

@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "core",
     "promptmgr",
     "askuser",
 ]
@@ -188,6 +189,8 @@ RUN_IDLE_TIMEOUT = envint("RUN_IDLE_TIMEOUT", "600", minimum=5, maximum=86400)
 RUNS_PER_USER = envint("RUNS_PER_USER", "3", minimum=1, maximum=1000)
 RUNS_GLOBAL = envint("RUNS_GLOBAL", "20", minimum=1, maximum=10000)
 RUN_READ_TIMEOUT = 2.0  # the design card's 2-second read timeout
+# How often every worker looks for runs whose owner is gone (and fails them).
+RUN_SWEEP_SECONDS = envint("RUN_SWEEP_SECONDS", "10", minimum=1, maximum=3600)
 SSE_HEARTBEAT_SECONDS = envint("SSE_HEARTBEAT_SECONDS", "15", minimum=1, maximum=60)
 EVENT_STREAM_TTL = envint("EVENT_STREAM_TTL", "86400", minimum=60, maximum=30 * 86400)
 

@@ -14,7 +14,9 @@ from typing import Protocol
 
 from asgiref.sync import sync_to_async
 
-from . import live
+from core import events as live_events
+from core.events import Event
+
 from .services.runs import run_is_active, stored_events
 
 logger = logging.getLogger(__name__)
@@ -25,7 +27,7 @@ CLOSING_GRACE = 5.0
 
 
 class EventSource(Protocol):
-    async def next_batch(self, after: int, wait_seconds: float) -> list[live.Event]:
+    async def next_batch(self, after: int, wait_seconds: float) -> list[Event]:
         """Events with id > ``after``, waiting up to ``wait_seconds`` for the first."""
 
     async def finished(self) -> bool:
@@ -39,12 +41,14 @@ class RunEventSource:
         self.run_id = run_id
         self._in_redis = False  # the stream was seen in Redis; it stays there for hours
 
-    async def next_batch(self, after: int, wait_seconds: float) -> list[live.Event]:
+    async def next_batch(self, after: int, wait_seconds: float) -> list[Event]:
         # One round trip per batch while the run streams: the existence check is repeated
         # only when a wait comes back empty (the stream may have expired meanwhile).
-        if self._in_redis or await live.stream_exists(self.run_id):
-            events = await live.wait_events(self.run_id, after, block_ms=max(1, int(wait_seconds * 1000)))
-            self._in_redis = bool(events) or await live.stream_exists(self.run_id)
+        if self._in_redis or await live_events.stream_exists(self.run_id):
+            events = await live_events.wait_events(
+                self.run_id, after, block_ms=max(1, int(wait_seconds * 1000))
+            )
+            self._in_redis = bool(events) or await live_events.stream_exists(self.run_id)
             if events or self._in_redis:
                 return events
         stored = await sync_to_async(stored_events)(self.run_id, after)
@@ -83,7 +87,7 @@ async def event_stream(
                 continue
             if closing:
                 # A run whose worker vanished never writes "done"; do not hang forever.
-                yield live.Event(id=after + 1, event="done", data={"status": "unknown"}).to_sse()
+                yield Event(id=after + 1, event="done", data={"status": "unknown"}).to_sse()
                 return
             if now - quiet_since >= heartbeat:
                 yield b": keep-alive\n\n"

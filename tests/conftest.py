@@ -92,7 +92,7 @@ _test_counter = 0
 @pytest.fixture(autouse=True)
 def _app_settings(settings: Any, redis_url: str, claude_cli: str, tmp_path: Path) -> Iterator[None]:
     """Every test gets its own workspace root and secrets dir, and the real Redis."""
-    from promptmgr import live
+    from core import redis as core_redis
 
     settings.REDIS_URL = redis_url
     # Every run uses the bundled CLI (see ``claude_cli``); tests of the lookup order clear it.
@@ -107,9 +107,13 @@ def _app_settings(settings: Any, redis_url: str, claude_cli: str, tmp_path: Path
     # Short path: unix sockets and config paths stay well under OS limits.
     secrets_dir = Path(tempfile.mkdtemp(prefix="pm-secrets-"))
     settings.RUN_SECRETS_DIR = secrets_dir
-    live.reset_clients()
+    core_redis.reset_clients()
+    # Tests that call services without a served app get an instance id of their own; a
+    # served app loads the database's at start-up, as production does.
+    core_redis.set_instance_uid(f"test{_test_counter}")
     yield
-    live.reset_clients()
+    core_redis.reset_clients()
+    core_redis.set_instance_uid(None)
     client = redis.Redis.from_url(redis_url)
     for key in client.scan_iter(match=f"{settings.REDIS_KEY_PREFIX}:*", count=500):
         client.delete(key)

@@ -11,7 +11,11 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
 
-from promptmgr import live, recovery, runner
+from askuser import facade as askuser
+from core import events
+from core.events import Event
+from core.redis import get_async_redis
+from promptmgr import live, runner
 from promptmgr.models import Conversation, Project, Run, RunEvent, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -127,6 +131,13 @@ def _by_user(run_ids: set[int], fallback_user_id: int) -> dict[int, list[int]]:
     return by_user
 
 
+async def _clear_leftover_keys(run_id: int) -> None:
+    """A new run starts with no live state: a restored backup hands out ids again whose
+    keys an earlier life of this database may have left in Redis."""
+    keys = [events.events_key(run_id), events.seq_key(run_id), *live.run_control_keys(run_id)]
+    await get_async_redis().delete(*keys, *askuser.run_question_keys(run_id))
+
+
 async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id: int | None = None) -> Run:
     """Create the run, claim a concurrency slot and start supervising it in this worker."""
     run = await sync_to_async(_create_run)(
@@ -135,7 +146,8 @@ async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id:
     try:
         claimed = await _claim_slot(run)
         if claimed > 0:
-            await live.append_event(
+            await _clear_leftover_keys(run.pk)
+            await events.append_event(
                 run.pk,
                 "prompt",
                 {
@@ -144,7 +156,7 @@ async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id:
                     "conversation_id": run.conversation_id,
                 },
             )
-            await live.append_event(run.pk, "run_status", {"status": RunStatus.QUEUED})
+            await events.append_event(run.pk, "run_status", {"status": RunStatus.QUEUED})
     except redis.RedisError:
         # Nothing half-written: without Redis the run cannot be watched, so it never existed.
         await sync_to_async(_discard_run)(run.pk)
@@ -170,17 +182,14 @@ async def run_cancel(*, user: Any, run_id: int) -> Run:
     return run
 
 
-def stored_events(run_id: int, after: int) -> list[live.Event]:
+def stored_events(run_id: int, after: int) -> list[Event]:
     rows = RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")
-    return [live.Event(id=row.seq, event=row.event, data=row.data) for row in rows]
+    return [Event(id=row.seq, event=row.event, data=row.data) for row in rows]
 
 
 def run_is_active(run_id: int) -> bool:
-    """Whether more events can come; a run whose worker died is failed on the spot."""
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None or not run.is_active:
-        return False
-    return not recovery.recover_run_if_orphaned(run)
+    """Whether more events can come (a run whose worker died ends at the next sweep)."""
+    return Run.objects.active().filter(pk=run_id).exists()
 
 
 def conversation_history(conversation: Conversation) -> list[dict[str, Any]]:
@@ -193,7 +202,7 @@ def conversation_history(conversation: Conversation) -> list[dict[str, Any]]:
                 "run_id": run.pk,
                 "prompt": run.prompt,
                 "status": run.status,
-                "error": run.error.split("\nstderr:")[0],
+                "error": run.error,
                 "active": run.is_active,
                 "events_url": f"/api/runs/{run.pk}/events",
                 "events": [{"id": e.id, "event": e.event, "data": e.data} for e in events],

@@ -12,9 +12,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from askuser import services
+from askuser import live, services
 from askuser.models import Question, QuestionSource, QuestionStatus
-from promptmgr import live
 from tests.helpers import make_run
 
 QUESTION = {

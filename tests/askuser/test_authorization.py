@@ -61,7 +61,7 @@ def tokens(app_server: Any, alice: Any, bob: Any) -> dict[str, Any]:
     # What a TTL expiry leaves: nothing in Redis under that run.
     import redis
 
-    from promptmgr import live
+    from askuser import live
 
     redis.Redis.from_url(app_server.settings_redis_url).delete(live.relay_token_key(expired_run.pk))
     return {

@@ -14,9 +14,9 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
-from askuser import runtime, services
+from askuser import live, runtime, services
 from askuser.models import Question, QuestionSource
-from promptmgr import live
+from core import events as run_events
 from promptmgr.models import Run
 from tests.helpers import make_run
 
@@ -43,7 +43,7 @@ async def test_a_newer_question_closes_the_older_card_with_reason_superseded(
     assert (await Question.objects.aget(question_id=older)).status == "superseded"
     assert (await Question.objects.aget(question_id=newer)).status == "pending"
     assert (await Run.objects.aget(pk=run.pk)).status == "waiting_for_user"
-    events = [(e.event, e.data) for e in await live.read_events(run.pk, 0)]
+    events = [(e.event, e.data) for e in await run_events.read_events(run.pk, 0)]
     closing = ("ask_user_expired", {"question_id": older, "reason": services.REASON_SUPERSEDED})
     assert [e for e in events if e[0] == "ask_user_expired"] == [closing]
     cards = [data["question_id"] for event, data in events if event == "ask_user_question"]

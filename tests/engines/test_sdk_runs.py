@@ -139,7 +139,7 @@ def test_a_cli_that_fails_to_start_fails_the_run_with_its_stderr(
     assert events[-1].data == {"status": "failed"}
     run = Run.objects.get(pk=started["run_id"])
     assert run.exit_code == 3
-    assert "exited with code 3 before finishing the turn" in run.error and "oops" in run.error
+    assert "exited with code 3 before finishing the turn" in run.error and "oops" in run.stderr_tail
 
 
 def test_a_multi_megabyte_line_does_not_break_the_stream(app_server: Any, alice: Any) -> None:

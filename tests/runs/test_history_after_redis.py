@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from promptmgr import live
+from core import events as run_events
+from core import redis as core_redis
 from promptmgr.models import Run
 from promptmgr.sse import RunEventSource
 from tests.helpers import login_client, make_project, read_sse, script, start_run, wait_until
@@ -18,7 +19,7 @@ def finished_run_without_its_stream(app_server: Any, alice: Any) -> tuple[Any, d
     events = read_sse(client, started["events_url"])
     run = Run.objects.get(pk=started["run_id"])
     wait_until(lambda: run.events.filter(event="done").exists(), timeout=5, what="the history stored")
-    live.get_redis().delete(live.events_key(run.pk), live.seq_key(run.pk))
+    core_redis.get_redis().delete(run_events.events_key(run.pk), run_events.seq_key(run.pk))
     return client, started, events
 
 

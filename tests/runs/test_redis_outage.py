@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from promptmgr import live
+from core import redis as core_redis
 from promptmgr.models import Conversation, Run
 from promptmgr.workspaces import workspace_path
 from tests.helpers import (
@@ -38,7 +38,7 @@ def private_redis(settings: Any, tmp_path: Path) -> Iterator[subprocess.Popen[by
         stdout=subprocess.DEVNULL,
     )
     settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
-    live.reset_clients()
+    core_redis.reset_clients()
     import redis
 
     wait_until(lambda: _ping(redis.Redis(port=port)), timeout=10, what="private redis")

@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 
+from core import redis as core_redis
 from promptmgr import live
 from promptmgr.models import Run
 from tests.helpers import SLOW_TEXT, login_client, make_project, read_sse, script, start_run, wait_until
@@ -99,7 +100,7 @@ def test_a_slot_still_held_by_a_run_that_ended_is_freed_at_the_cap(
     client = login_client(app_server, "alice", "alice-password")
     first = start_run(client, project.pk, script({"text": "done"}))
     read_sse(client, first["events_url"])
-    slots = live.get_redis()
+    slots = core_redis.get_redis()
     wait_until(lambda: not slots.exists(live.user_runs_key(alice.pk)), timeout=5, what="the slot given back")
     # As if Redis had been unreachable when the run ended: its slot was never given back.
     slots.sadd(live.user_runs_key(alice.pk), first["run_id"])
@@ -160,20 +161,22 @@ def test_a_run_whose_worker_died_is_failed_and_its_stream_ends(
 
     from django.utils import timezone
 
-    from promptmgr import live
+    from core import events as run_events
     from promptmgr.models import Conversation
 
     settings.SSE_HEARTBEAT_SECONDS = 1
+    settings.RUN_SWEEP_SECONDS = 1  # the periodic sweep, not a reader, ends the run
     project = make_project(owner=alice)
     conversation = Conversation.objects.create(project=project, user=alice)
     # What a crashed worker leaves: an active run, some events, no owner key.
     run = Run.objects.create(conversation=conversation, user=alice, prompt="p", status="running")
     Run.objects.filter(pk=run.pk).update(created_at=timezone.now() - timedelta(minutes=5))
-    live.append_event_sync(run.pk, "prompt", {"text": "p"})
+    run_events.append_event_sync(run.pk, "prompt", {"text": "p"})
     client = login_client(app_server, "alice", "alice-password")
     events = read_sse(client, f"/api/runs/{run.pk}/events", timeout=20)
     assert [e.event for e in events] == ["prompt", "error", "run_status", "done"]
     assert events[-1].data == {"status": "failed"}
     run.refresh_from_db()
     assert run.status == "failed" and run.error == "The worker running this prompt stopped unexpectedly."
-    assert run.events.count() == 4
+    # As after any run, the history is stored before "done" and the "done" row just after.
+    wait_until(lambda: run.events.count() == 4, timeout=5, what="the whole history stored")

@@ -144,7 +144,7 @@ def test_a_cli_that_prints_garbage_fails_the_run_with_the_garbage_shown(
     assert events[-1].data == {"status": "failed"}
     run = Run.objects.get(pk=started["run_id"])
     assert run.exit_code == 3
-    assert "exited with code 3" in run.error and "oops" in run.error
+    assert "exited with code 3" in run.error and "oops" in run.stderr_tail
 
 
 def test_reconnect_with_last_event_id_gets_exactly_the_missing_events(app_server: Any, alice: Any) -> None:
@@ -179,7 +179,7 @@ def test_the_read_timeout_path_emits_a_question_found_only_in_the_redis_cache(
 ) -> None:
     import asyncio
 
-    from promptmgr import live
+    from askuser import live
 
     project = make_project(owner=alice)
     allow_in_workspace(project, "Bash(python3:*)")

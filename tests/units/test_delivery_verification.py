@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 
 from askuser import delivery, services
 from askuser.models import Question, QuestionSource
-from promptmgr import live
+from core import events as live
 from promptmgr.processes import Line
 from promptmgr.runner import RunContext, RunSupervisor
 from tests.helpers import make_run

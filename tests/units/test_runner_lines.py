@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from promptmgr import live
+from core import events as live
 from promptmgr.processes import TIMEOUT, Line, LineTimeout
 from promptmgr.runner import RunSupervisor
 

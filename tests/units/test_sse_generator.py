@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from promptmgr.live import Event
+from core.events import Event
 from promptmgr.sse import event_stream
 
 

@@ -54,8 +54,8 @@ def test_unknown_lines_are_ignored() -> None:
 
 
 def test_storage_drops_only_deltas_a_complete_text_repeats() -> None:
+    from core.events import Event
     from promptmgr.event_history import for_storage
-    from promptmgr.live import Event
 
     events = [
         Event(1, "text_delta", {"text": "a"}),

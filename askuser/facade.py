@@ -1,0 +1,89 @@
+"""What the rest of the project may use of askuser: the one door into this app.
+
+A run supervisor opens the run's relay (token and MCP config), shows questions it finds
+waiting, has answers verified when the ask tool's result comes back, hides relay tokens
+from the stream and closes the run's questions when it ends. The SDK engine asks through
+the same store. Nothing outside askuser imports its other modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import redis
+
+from . import live
+from .delivery import ASK_TOOL_NAMES, MCP_ASK_TOOL, SDK_ASK_TOOL, question_result_seen
+from .models import Question, QuestionSource, QuestionStatus
+from .runtime import (
+    DeltaRedactor,
+    RelaySession,
+    redact_tokens,
+    relay_session_close,
+    relay_session_open,
+    remove_secrets,
+    sweep_stale_secrets,
+)
+from .services import (
+    PollResult,
+    QuestionError,
+    answer_wait,
+    question_create,
+    question_expire,
+    question_push_if_unshown,
+    questions_close_for_run,
+)
+
+__all__ = [
+    "ASK_TOOL_NAMES",
+    "MCP_ASK_TOOL",
+    "SDK_ASK_TOOL",
+    "DeltaRedactor",
+    "forget_questions",
+    "PollResult",
+    "QuestionError",
+    "QuestionSource",
+    "RelaySession",
+    "answer_wait",
+    "question_create",
+    "question_expire",
+    "question_result_seen",
+    "questions_cancel_for_dead_run",
+    "questions_close_for_run",
+    "redact_tokens",
+    "relay_close",
+    "relay_session_open",
+    "run_question_keys",
+    "show_waiting_question",
+    "sweep_stale_secrets",
+]
+
+
+async def show_waiting_question(run_id: int) -> bool:
+    """The supervisor's idle tick: push a question nobody has shown yet; True while one waits."""
+    await question_push_if_unshown(run_id=run_id)
+    return await live.question_cache_get(run_id) is not None
+
+
+async def relay_close(session: RelaySession) -> None:
+    """The run ended: its secrets go even when Redis is away, and its token is revoked."""
+    remove_secrets(session)
+    with contextlib.suppress(redis.RedisError):
+        await relay_session_close(session)
+
+
+def questions_cancel_for_dead_run(run_id: int) -> int:
+    """A run whose worker died: its open questions are cancelled (sync, for the sweep)."""
+    return Question.objects.filter(run_id=run_id, status=QuestionStatus.PENDING).update(
+        status=QuestionStatus.CANCELLED
+    )
+
+
+async def forget_questions(run_id: int) -> None:
+    """The run ended: its question cache goes from Redis (the database keeps the questions)."""
+    await live.questions_forget(run_id)
+
+
+def run_question_keys(run_id: int) -> list[str]:
+    """askuser's Redis keys of one run (cleared before a new run of the same id starts)."""
+    return live.run_question_keys(run_id)

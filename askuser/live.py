@@ -1,0 +1,159 @@
+"""askuser's state in Redis: the question cache, the answer hand-off and relay-token hashes.
+
+Clients and the key prefix come from ``core.redis``; the question's events go to the run's
+stream (``core.events``). Key names of this app live here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from core.events import run_key
+from core.redis import encode_json, get_async_redis, key_prefix
+
+QUESTION_TTL_GRACE = 60  # seconds a question stays cached after it expires
+RELAY_TOKEN_TTL_GRACE = 300
+# Longer than any question lives (900 s at most), so a late poll still learns "consumed".
+ANSWER_TAKEN_TTL = 3600
+# Pushed in place of an answer to end a long-poll early; never a real answer's shape.
+ANSWER_WAKE: dict[str, Any] = {"wake": True}
+ENDED_MARK = "ended:"
+ENDED_TOKEN_TTL = 600
+
+
+def question_cache_key(run_id: int) -> str:
+    """The design card's question cache: the run's pending question, as JSON."""
+    return run_key(run_id, "question")
+
+
+def question_shown_key(run_id: int) -> str:
+    """Question ids already pushed to the run's event stream (pushed at most once)."""
+    return run_key(run_id, "shown")
+
+
+def relay_token_key(run_id: int) -> str:
+    """The SHA-256 hash of the run's relay token (the token itself is never stored)."""
+    return run_key(run_id, "relay-token")
+
+
+def run_question_keys(run_id: int) -> list[str]:
+    """Every key of this app that belongs to one run."""
+    return [question_cache_key(run_id), question_shown_key(run_id), relay_token_key(run_id)]
+
+
+def answer_tag(question_id: str) -> str:
+    return f"{{answer:{question_id}}}"
+
+
+def answer_key(question_id: str) -> str:
+    """A one-element list the answer is pushed to; poll-answer pops it (consumed once)."""
+    return f"{key_prefix()}:{answer_tag(question_id)}:handoff"
+
+
+def answer_taken_key(question_id: str) -> str:
+    """Where a popped answer is moved: its existence says a waiting side collected it."""
+    # Same hash tag as answer_key: the atomic move works on Redis Cluster too.
+    return f"{key_prefix()}:{answer_tag(question_id)}:taken"
+
+
+# --- The question cache -------------------------------------------------------------------
+
+
+async def question_cache_put(run_id: int, question: dict[str, Any], *, ttl: int) -> None:
+    """Remember the run's pending question (the design card's question cache)."""
+    await get_async_redis().set(question_cache_key(run_id), encode_json(question), ex=ttl)
+
+
+async def question_cache_get(run_id: int) -> dict[str, Any] | None:
+    raw = await get_async_redis().get(question_cache_key(run_id))
+    return json.loads(raw) if raw else None
+
+
+async def question_cache_clear(run_id: int, question_id: str) -> None:
+    """Drop the cached question if it is still this one."""
+    client = get_async_redis()
+    cached = await question_cache_get(run_id)
+    if cached and cached.get("question_id") == question_id:
+        await client.delete(question_cache_key(run_id))
+
+
+async def question_mark_shown(run_id: int, question_id: str, *, ttl: int) -> bool:
+    """True the first time a question is marked shown: whoever wins pushes the card."""
+    client = get_async_redis()
+    added = await client.sadd(question_shown_key(run_id), question_id)
+    await client.expire(question_shown_key(run_id), ttl)
+    return bool(added)
+
+
+async def questions_forget(run_id: int) -> None:
+    """The run ended: its question cache and shown set go (the relay token is revoked apart)."""
+    await get_async_redis().delete(question_cache_key(run_id), question_shown_key(run_id))
+
+
+# --- Relay tokens -----------------------------------------------------------------------
+
+
+async def relay_token_store(run_id: int, token_hash: str, *, ttl: int) -> None:
+    await get_async_redis().set(relay_token_key(run_id), token_hash, ex=ttl)
+
+
+async def relay_token_hash(run_id: int) -> str | None:
+    value = await get_async_redis().get(relay_token_key(run_id))
+    return str(value) if value is not None else None
+
+
+async def relay_token_revoke(run_id: int) -> None:
+    """The token stops authenticating at once; for a while it is still recognised as
+    belonging to a finished run, so a late call gets 410 Gone rather than 403."""
+    client = get_async_redis()
+    current: Any = await client.get(relay_token_key(run_id))
+    if current is None or current.startswith(ENDED_MARK):
+        return
+    await client.set(relay_token_key(run_id), ENDED_MARK + current, ex=ENDED_TOKEN_TTL)
+
+
+# --- Answer hand-off --------------------------------------------------------------------
+
+
+async def answer_push(question_id: str, answer: dict[str, Any], *, ttl: int) -> None:
+    client = get_async_redis()
+    pipe = client.pipeline(transaction=True)
+    pipe.delete(answer_key(question_id))
+    pipe.rpush(answer_key(question_id), encode_json(answer))
+    pipe.expire(answer_key(question_id), ttl)
+    await pipe.execute()
+
+
+async def answer_wake(question_id: str, *, ttl: int) -> None:
+    """Wake a poll waiting for a question that closed without an answer.
+
+    The poll gets ``ANSWER_WAKE`` instead of an answer and reads why from the database.
+    """
+    await answer_push(question_id, ANSWER_WAKE, ttl=ttl)
+
+
+async def answer_pop(question_id: str, *, wait_seconds: float) -> dict[str, Any] | None:
+    """Take the answer (once), waiting up to ``wait_seconds`` for it to arrive.
+
+    The answer is moved, atomically, to the taken key: from that moment ``answer_taken``
+    says it was collected, while an answer recorded but not yet pushed is not.
+    """
+    client = get_async_redis()
+    source, taken = answer_key(question_id), answer_taken_key(question_id)
+    raw: Any
+    if wait_seconds <= 0:
+        raw = await client.lmove(source, taken, "LEFT", "RIGHT")
+    else:
+        # Redis takes fractional seconds here; redis-py's annotation says int.
+        raw = await client.blmove(source, taken, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
+    if not raw:
+        return None
+    await client.expire(taken, ANSWER_TAKEN_TTL)
+    answer: dict[str, Any] = json.loads(raw)
+    return answer
+
+
+async def answer_taken(question_id: str) -> bool:
+    """Whether a waiting side already popped this question's answer."""
+    return bool(await get_async_redis().exists(answer_taken_key(question_id)))

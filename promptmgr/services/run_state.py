@@ -1,0 +1,107 @@
+"""The one writer of ``Run.status``: every change of a run's state goes through here.
+
+The allowed moves are one table (``TRANSITIONS``). Each move is a compare-and-set on the
+database row, so two writers racing (the owning worker finishing a run, the sweep failing
+it) cannot both win. A move the table forbids raises ``IllegalTransition``; a caller for
+whom a lost race is normal says so by catching it.
+
+askuser reaches run state only through this module (``run_wait_for_user``, ``run_resume``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.utils import timezone
+
+from promptmgr.models import ACTIVE_RUN_STATUSES, Run, RunStatus
+
+TERMINAL_STATUSES = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT}
+)
+
+TRANSITIONS: dict[str, frozenset[str]] = {
+    RunStatus.QUEUED: frozenset({RunStatus.RUNNING, *TERMINAL_STATUSES}),
+    RunStatus.RUNNING: frozenset({RunStatus.WAITING_FOR_USER, *TERMINAL_STATUSES}),
+    RunStatus.WAITING_FOR_USER: frozenset({RunStatus.RUNNING, *TERMINAL_STATUSES}),
+    **{status: frozenset() for status in TERMINAL_STATUSES},
+}
+
+MAX_ERROR_CHARS = 20_000
+MAX_STDERR_CHARS = 20_000
+
+
+class IllegalTransition(Exception):
+    """A move the table does not allow, e.g. resuming a run that already ended."""
+
+    def __init__(self, run_id: int, current: str | None, target: str) -> None:
+        super().__init__(f"run {run_id}: {current or 'missing'} → {target} is not allowed")
+        self.run_id = run_id
+        self.current = current
+        self.target = target
+
+
+def _move(run_id: int, target: str, *, sources: Collection[str], **fields: Any) -> bool:
+    """Move the run from one of ``sources`` to ``target``; False when it is there already.
+
+    Raises IllegalTransition when the run is in a state the move cannot start from.
+    """
+    for source in sources:
+        if target not in TRANSITIONS[source]:
+            raise IllegalTransition(run_id, source, target)
+    if Run.objects.filter(pk=run_id, status__in=list(sources)).update(status=target, **fields):
+        return True
+    current = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if current == target and target not in TERMINAL_STATUSES:
+        return False  # asked twice (a second question while waiting, a resume after a resume)
+    raise IllegalTransition(run_id, current, target)
+
+
+def run_mark_started(run_id: int) -> bool:
+    """The owning worker starts the turn."""
+    return _move(run_id, RunStatus.RUNNING, sources=[RunStatus.QUEUED], started_at=timezone.now())
+
+
+def run_wait_for_user(run_id: int) -> bool:
+    """A question or a permission request is waiting for a person."""
+    return _move(run_id, RunStatus.WAITING_FOR_USER, sources=[RunStatus.RUNNING])
+
+
+def run_resume(run_id: int) -> bool:
+    """The person answered (or the question expired): Claude works again."""
+    return _move(run_id, RunStatus.RUNNING, sources=[RunStatus.WAITING_FOR_USER])
+
+
+@dataclass
+class Outcome:
+    """How a run ended, as the supervisor (or the sweep) records it."""
+
+    status: str
+    error: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    result: dict[str, Any] | None = None
+
+
+def run_finish(run_id: int, outcome: Outcome) -> bool:
+    """Record the run's ending; raises IllegalTransition when it had ended already."""
+    if outcome.status not in TERMINAL_STATUSES:
+        raise IllegalTransition(run_id, None, outcome.status)
+    result = outcome.result or {}
+    cost = result.get("cost_usd")
+    return _move(
+        run_id,
+        outcome.status,
+        sources=ACTIVE_RUN_STATUSES,
+        ended_at=timezone.now(),
+        exit_code=outcome.exit_code,
+        error=outcome.error[:MAX_ERROR_CHARS],
+        stderr_tail=outcome.stderr[-MAX_STDERR_CHARS:],
+        cost_usd=Decimal(str(cost)) if isinstance(cost, int | float) else None,
+        usage=result.get("usage") or {},
+        duration_ms=result.get("duration_ms"),
+        num_turns=result.get("num_turns"),
+    )

@@ -1,0 +1,84 @@
+"""The one writer of Run.status: the moves the table allows, and an error for the others."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from promptmgr.models import Run, RunStatus
+from promptmgr.services import run_state
+from promptmgr.services.run_state import IllegalTransition, Outcome
+from tests.helpers import make_run
+
+
+@pytest.fixture
+def run(alice: Any) -> Run:
+    return make_run(owner=alice, status=RunStatus.QUEUED)
+
+
+def _status(run: Run) -> str:
+    run.refresh_from_db()
+    return run.status
+
+
+def test_a_run_goes_queued_running_waiting_running_completed(run: Run) -> None:
+    assert run_state.run_mark_started(run.pk)
+    assert _status(run) == RunStatus.RUNNING and run.started_at is not None
+    assert run_state.run_wait_for_user(run.pk)
+    assert _status(run) == RunStatus.WAITING_FOR_USER
+    assert run_state.run_resume(run.pk)
+    assert _status(run) == RunStatus.RUNNING
+    result = {"cost_usd": 0.5, "usage": {"input_tokens": 3}, "duration_ms": 7, "num_turns": 1}
+    assert run_state.run_finish(run.pk, Outcome(status=RunStatus.COMPLETED, exit_code=0, result=result))
+    run.refresh_from_db()
+    assert (run.status, run.exit_code, run.duration_ms, run.num_turns) == (RunStatus.COMPLETED, 0, 7, 1)
+    assert run.ended_at is not None and str(run.cost_usd) == "0.500000"
+
+
+def test_asking_again_while_waiting_changes_nothing(run: Run) -> None:
+    run_state.run_mark_started(run.pk)
+    run_state.run_wait_for_user(run.pk)
+    assert run_state.run_wait_for_user(run.pk) is False
+    assert _status(run) == RunStatus.WAITING_FOR_USER
+
+
+def test_a_run_cannot_be_finished_twice(run: Run) -> None:
+    run_state.run_finish(run.pk, Outcome(status=RunStatus.CANCELLED, error="Cancelled by the user."))
+    with pytest.raises(IllegalTransition):
+        run_state.run_finish(run.pk, Outcome(status=RunStatus.FAILED, error="late"))
+    run.refresh_from_db()
+    assert (run.status, run.error) == (RunStatus.CANCELLED, "Cancelled by the user.")
+
+
+@pytest.mark.parametrize(
+    ("status", "move"),
+    [
+        (RunStatus.COMPLETED, run_state.run_resume),
+        (RunStatus.FAILED, run_state.run_wait_for_user),
+        (RunStatus.CANCELLED, run_state.run_mark_started),
+        (RunStatus.QUEUED, run_state.run_resume),
+    ],
+)
+def test_a_move_the_table_does_not_allow_raises_and_writes_nothing(
+    alice: Any, status: str, move: Any
+) -> None:
+    run = make_run(owner=alice, status=status)
+    with pytest.raises(IllegalTransition):
+        move(run.pk)
+    assert _status(run) == status
+
+
+def test_finishing_needs_an_ending_status(run: Run) -> None:
+    with pytest.raises(IllegalTransition):
+        run_state.run_finish(run.pk, Outcome(status=RunStatus.RUNNING))
+
+
+def test_stderr_is_kept_apart_from_the_error(run: Run) -> None:
+    run_state.run_finish(run.pk, Outcome(status=RunStatus.FAILED, error="exited with code 3", stderr="oops"))
+    run.refresh_from_db()
+    assert (run.error, run.stderr_tail) == ("exited with code 3", "oops")
+
+
+def test_every_status_has_a_row_in_the_table() -> None:
+    assert set(run_state.TRANSITIONS) == set(RunStatus.values)
