@@ -14,7 +14,8 @@ from tests.helpers import make_run
 
 @pytest.fixture
 def run(alice: Any) -> Run:
-    return make_run(owner=alice, status=RunStatus.QUEUED)
+    made: Run = make_run(owner=alice, status=RunStatus.QUEUED)
+    return made
 
 
 def _status(run: Run) -> str:
