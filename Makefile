@@ -1,6 +1,7 @@
 # PromptManager
 #   make run    install, migrate, make sure Redis runs, create the demo login, serve on HOST:PORT
 #   make test   install with test and lint extras, then ruff, mypy and pytest (what CI runs)
+#   make test-fast   only the unit tests (no Claude CLI, no browser), in under a minute
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -10,8 +11,11 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# pytest-xdist workers: the tests mostly wait on the CLI, the model and Redis, so more
+# workers than this machine's 2 cores finish sooner (measured: see README).
+TEST_WORKERS ?= 4
 
-.PHONY: venv install run test lint bench
+.PHONY: venv install run test test-fast lint bench
 
 venv: $(PY)
 
@@ -48,7 +52,11 @@ test: $(VENV)/.installed-dev
 	scripts/ensure-chromium.sh
 	scripts/ensure-redis.sh --binary
 	$(MAKE) --no-print-directory lint
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -n $(TEST_WORKERS)
+
+test-fast: $(VENV)/.installed-dev
+	scripts/ensure-redis.sh --binary
+	$(VENV)/bin/pytest -m unit -n 2
 
 # Each benchmark starts its own stack (the app, the scripted model, a SQLite file; Redis at
 # REDIS_URL, or a private redis-server), prints its figures and stops all it started.

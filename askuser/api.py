@@ -14,8 +14,10 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
-from ninja.errors import HttpError
 from ninja.security import HttpBearer, django_auth
+
+from core.errors import Forbidden, Gone, Unauthorized
+from core.schemas import ErrorOut
 
 from . import runtime, services
 from .models import QuestionSource
@@ -33,13 +35,13 @@ class RelayTokenAuth(HttpBearer):
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
-            raise HttpError(401, MSG_NO_TOKEN)
+            raise Unauthorized(MSG_NO_TOKEN, code="no_relay_token")
         try:
             run_id = await runtime.relay_token_run_id(token.strip())
         except runtime.RunEnded:
-            raise HttpError(410, services.MSG_RUN_FINISHED) from None
+            raise Gone(services.MSG_RUN_FINISHED, code="run_finished") from None
         if run_id is None:
-            raise HttpError(403, MSG_BAD_TOKEN)
+            raise Forbidden(MSG_BAD_TOKEN, code="bad_relay_token")
         return run_id
 
     def authenticate(self, request: HttpRequest, token: str) -> Any:  # pragma: no cover - __call__ does it
@@ -99,14 +101,10 @@ class SubmitOut(Schema):
     answered_at: datetime
 
 
-class Message(Schema):
-    detail: str
-
-
 @router.post(
     "/relay-question",
     auth=relay_auth,
-    response={201: RelayQuestionOut, 401: Message, 403: Message, 410: Message, 422: Message},
+    response={201: RelayQuestionOut, 401: ErrorOut, 403: ErrorOut, 410: ErrorOut, 422: ErrorOut},
 )
 async def relay_question(request: HttpRequest, payload: RelayQuestionIn) -> Status[dict[str, Any]]:
     options = [{"label": o.label, "description": o.description or ""} for o in payload.options or []]
@@ -116,29 +114,31 @@ async def relay_question(request: HttpRequest, payload: RelayQuestionIn) -> Stat
         "options": options,
         "multiSelect": bool(payload.multiSelect and options),
     }
-    try:
-        created = await services.question_create(
-            run_id=relay_run_id(request), source=QuestionSource.MCP, questions=[question]
-        )
-    except services.QuestionError as exc:
-        raise HttpError(exc.status, exc.message) from None
+    created = await services.question_create(
+        run_id=relay_run_id(request), source=QuestionSource.MCP, questions=[question]
+    )
     return Status(201, created)
 
 
 @router.get(
     "/poll-answer",
     auth=relay_auth,
-    response={200: PollOut, 202: PollOut, 401: Message, 403: Message, 404: Message, 410: PollOut},
+    response={
+        200: PollOut,
+        202: PollOut,
+        401: ErrorOut,
+        403: ErrorOut,
+        404: ErrorOut,
+        410: PollOut,
+        422: ErrorOut,
+    },
 )
 async def poll_answer(request: HttpRequest, question_id: uuid.UUID) -> Status[PollOut]:
-    try:
-        result = await services.answer_wait(
-            run_id=relay_run_id(request),
-            question_id=str(question_id),
-            wait_seconds=settings.ASK_USER_LONG_POLL_SECONDS,
-        )
-    except services.QuestionError as exc:
-        raise HttpError(exc.status, exc.message) from None
+    result = await services.answer_wait(
+        run_id=relay_run_id(request),
+        question_id=str(question_id),
+        wait_seconds=settings.ASK_USER_LONG_POLL_SECONDS,
+    )
     if result.status == "answered":
         return Status(200, PollOut(status="answered", **(result.answer or {})))
     if result.status == "waiting":
@@ -149,13 +149,16 @@ async def poll_answer(request: HttpRequest, question_id: uuid.UUID) -> Status[Po
 @router.post(
     "/submit-answer",
     auth=django_auth,
-    response={200: SubmitOut, 404: Message, 409: Message, 410: Message, 422: Message},
+    response={
+        200: SubmitOut,
+        401: ErrorOut,
+        403: ErrorOut,
+        404: ErrorOut,
+        409: ErrorOut,
+        410: ErrorOut,
+        422: ErrorOut,
+    },
 )
 async def submit_answer(request: HttpRequest, payload: SubmitIn) -> dict[str, Any]:
     body = payload.dict(exclude={"question_id"}, exclude_none=True)
-    try:
-        return await services.answer_submit(
-            question_id=str(payload.question_id), user=request.user, body=body
-        )
-    except services.QuestionError as exc:
-        raise HttpError(exc.status, exc.message) from None
+    return await services.answer_submit(question_id=str(payload.question_id), user=request.user, body=body)

@@ -26,7 +26,6 @@ from .runtime import (
 )
 from .services import (
     PollResult,
-    QuestionError,
     answer_wait,
     question_create,
     question_expire,
@@ -41,7 +40,6 @@ __all__ = [
     "DeltaRedactor",
     "forget_questions",
     "PollResult",
-    "QuestionError",
     "QuestionSource",
     "RelaySession",
     "answer_wait",

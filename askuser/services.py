@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import events
+from core.errors import Conflict, Gone, Invalid, NotFound
 from promptmgr.models import ACTIVE_RUN_STATUSES, Project, Run, RunStatus
 from promptmgr.services import run_state
 
@@ -44,15 +45,6 @@ GONE_MESSAGES = {
 }
 # The ``reason`` of the ask_user_expired event that closes a question a newer one replaced.
 REASON_SUPERSEDED = "superseded"
-
-
-class QuestionError(Exception):
-    """A refusal with the HTTP status the endpoints answer with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -81,7 +73,7 @@ def _create_question(
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.status not in ACTIVE_RUN_STATUSES:
-            raise QuestionError(410, MSG_RUN_FINISHED)
+            raise Gone(MSG_RUN_FINISHED, code="run_finished")
         # One pending question per run: a newer one supersedes the old.
         superseded = _pending_ids(run_id)
         Question.objects.filter(question_id__in=superseded, status=QuestionStatus.PENDING).update(
@@ -207,19 +199,19 @@ def _load_for_user(question_id: str, user: Any) -> Question:
         .first()
     )
     if question is None:
-        raise QuestionError(404, MSG_NOT_FOUND)
+        raise NotFound(MSG_NOT_FOUND)
     return question
 
 
 def _check_open(question: Question) -> None:
     if question.status in (QuestionStatus.ANSWERED, QuestionStatus.DELIVERED):
-        raise QuestionError(409, MSG_ALREADY_ANSWERED)
+        raise Conflict(MSG_ALREADY_ANSWERED, code="already_answered")
     if question.status == QuestionStatus.CANCELLED:
-        raise QuestionError(410, MSG_CANCELLED)
+        raise Gone(MSG_CANCELLED, code="cancelled")
     if question.status == QuestionStatus.SUPERSEDED:
-        raise QuestionError(410, MSG_SUPERSEDED)
+        raise Gone(MSG_SUPERSEDED, code="superseded")
     if question.status == QuestionStatus.EXPIRED or question.expires_at <= timezone.now():
-        raise QuestionError(410, MSG_EXPIRED)
+        raise Gone(MSG_EXPIRED, code="expired")
 
 
 def _record_answer(question_id: str, user: Any, form: FormAnswer) -> Question:
@@ -237,7 +229,7 @@ def _record_answer(question_id: str, user: Any, form: FormAnswer) -> Question:
         question = Question.objects.get(question_id=question_id)
         if not updated:
             _check_open(question)  # raises 409 or 410: somebody else got there first
-            raise QuestionError(409, MSG_ALREADY_ANSWERED)
+            raise Conflict(MSG_ALREADY_ANSWERED, code="already_answered")
         _resume_run(question.run_id)
     return question
 
@@ -248,7 +240,7 @@ def _prepare_answer(question_id: str, user: Any, body: dict[str, Any]) -> tuple[
     try:
         form = normalize_answers(question.questions, body)
     except AnswerError as exc:
-        raise QuestionError(422, str(exc)) from None
+        raise Invalid(str(exc), code="invalid_answer") from None
     return question, form
 
 
@@ -284,7 +276,7 @@ async def answer_submit(*, question_id: str, user: Any, body: dict[str, Any]) ->
 def _question_for_run(question_id: str, run_id: int) -> Question:
     question = Question.objects.filter(question_id=question_id, run_id=run_id).first()
     if question is None:
-        raise QuestionError(404, MSG_NOT_FOUND)
+        raise NotFound(MSG_NOT_FOUND)
     return question
 
 

@@ -4,7 +4,7 @@ Contract (Django side: ``askuser/api.py``), both calls authenticated with
 ``Authorization: Bearer <relay token>``; the token never goes in a URL or a log line:
 
 - ``POST /api/askuser/relay-question`` → 201 ``{question_id, expires_at, timeout}``;
-  401/403 bad token, 410 run finished, 422 bad body ``{detail}``.
+  401/403 bad token, 410 run finished, 422 bad body ``{detail, code, errors}``.
 - ``GET /api/askuser/poll-answer?question_id=…`` → held by the server up to ~25 s, then
   200 answered, 202 still waiting (poll again at once),
   410 ``{status: expired|cancelled|superseded|consumed}``.
@@ -103,10 +103,11 @@ def _auth_headers(config: AskUserConfig) -> dict[str, str]:
 
 
 def _detail(response: httpx.Response) -> str:
-    """The server's ``detail``: a sentence, or django-ninja's list of validation errors made readable."""
-    detail = _json_object(response).get("detail")
-    if isinstance(detail, list):
-        detail = "; ".join(_validation_error(item) for item in detail)
+    """The server's ``detail`` sentence; for a body that failed validation, its field errors."""
+    body = _json_object(response)
+    detail = body.get("detail")
+    if isinstance(body.get("errors"), list):
+        detail = "; ".join(_validation_error(item) for item in body["errors"])
     return str(detail) if detail else f"HTTP {response.status_code}"
 
 

@@ -8,7 +8,8 @@ exist. Anonymous requests get 401; unsafe methods need the CSRF token (session a
 
 Schemas check types and the allowed values of ``engine`` and ``permission_mode``; the
 service checks the domain rules, so the API, the pages and the admin give the same
-messages. Both kinds of failure answer 422 with ``{"detail": [{"loc", "msg", "type"}]}``.
+messages. Both kinds of failure answer 422 with the API's error body, whose ``errors``
+lists ``{"loc", "msg", "type"}`` per field (``promptmgr.api``).
 """
 
 from __future__ import annotations
@@ -16,21 +17,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
-from ninja.errors import HttpError, ValidationError
 from pydantic import field_validator
 
+from core.schemas import ErrorOut
 from promptmgr.models import Project
-from promptmgr.services.projects import (
-    PROJECT_NOT_FOUND,
-    ModeNotAllowed,
-    ProjectNotFound,
-    project_create,
-    project_for_user,
-    project_update,
-)
+from promptmgr.services.projects import project_create, project_for_user, project_update
 
 router = Router()
 
@@ -93,51 +86,36 @@ class ProjectOut(Schema):
         return bool(obj.owner_id == context["request"].user.pk)
 
 
-def _unprocessable(exc: DjangoValidationError) -> ValidationError:
-    """The service's field errors in the same shape as schema validation errors."""
-    return ValidationError(
-        [
-            {"loc": ["body", "payload", field], "msg": message, "type": "value_error"}
-            for field, messages in exc.message_dict.items()
-            for message in messages
-        ]
-    )
-
-
-def _visible_project(request: HttpRequest, project_id: int) -> Project:
-    try:
-        return project_for_user(user=request.user, project_id=project_id)
-    except ProjectNotFound:
-        raise HttpError(404, PROJECT_NOT_FOUND) from None
-
-
-@router.get("", response=list[ProjectOut], summary="Projects you own or are a member of")
+@router.get(
+    "", response={200: list[ProjectOut], 401: ErrorOut}, summary="Projects you own or are a member of"
+)
 def list_projects(request: HttpRequest) -> Any:
     return Project.objects.visible_to(request.user).select_related("owner")
 
 
-@router.post("", response={201: ProjectOut}, summary="Create a project you own")
+@router.post(
+    "",
+    response={201: ProjectOut, 401: ErrorOut, 403: ErrorOut, 422: ErrorOut},
+    summary="Create a project you own",
+)
 def create_project(request: HttpRequest, payload: ProjectIn) -> Any:
-    try:
-        project = project_create(owner=request.user, **payload.model_dump())
-    except DjangoValidationError as exc:
-        raise _unprocessable(exc) from None
-    except ModeNotAllowed as exc:
-        raise HttpError(403, str(exc)) from None
-    return Status(201, project)
+    return Status(201, project_create(owner=request.user, **payload.model_dump()))
 
 
-@router.get("/{project_id}", response=ProjectOut, summary="One project")
+@router.get(
+    "/{project_id}",
+    response={200: ProjectOut, 401: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    summary="One project",
+)
 def get_project(request: HttpRequest, project_id: int) -> Any:
-    return _visible_project(request, project_id)
+    return project_for_user(user=request.user, project_id=project_id)
 
 
-@router.patch("/{project_id}", response=ProjectOut, summary="Change some of a project's settings")
+@router.patch(
+    "/{project_id}",
+    response={200: ProjectOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    summary="Change some of a project's settings",
+)
 def patch_project(request: HttpRequest, project_id: int, payload: ProjectPatch) -> Any:
-    project = _visible_project(request, project_id)
-    try:
-        return project_update(project=project, actor=request.user, **payload.model_dump(exclude_unset=True))
-    except DjangoValidationError as exc:
-        raise _unprocessable(exc) from None
-    except ModeNotAllowed as exc:
-        raise HttpError(403, str(exc)) from None
+    project = project_for_user(user=request.user, project_id=project_id)
+    return project_update(project=project, actor=request.user, **payload.model_dump(exclude_unset=True))

@@ -10,7 +10,8 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Router, Schema, Status
-from ninja.errors import HttpError
+
+from core.schemas import ErrorOut
 
 from .models import Run
 from .services import runs as runs_service
@@ -63,32 +64,30 @@ class ConversationDetailOut(ConversationOut):
     runs: list[dict[str, Any]]
 
 
-class Message(Schema):
-    detail: str
-
-
-def _fail(exc: runs_service.RunError) -> HttpError:
-    return HttpError(exc.status, exc.message)
-
-
 def _events_url(run_id: int) -> str:
     return f"/api/runs/{run_id}/events"
 
 
 @router.post(
     "/projects/{project_id}/runs",
-    response={201: RunStartOut, 404: Message, 409: Message, 422: Message, 429: Message},
+    response={
+        201: RunStartOut,
+        401: ErrorOut,
+        403: ErrorOut,
+        404: ErrorOut,
+        409: ErrorOut,
+        422: ErrorOut,
+        429: ErrorOut,
+        503: ErrorOut,
+    },
 )
 async def start_run(request: HttpRequest, project_id: int, payload: RunIn) -> Status[RunStartOut]:
-    try:
-        run = await runs_service.run_start(
-            user=request.user,
-            project_id=project_id,
-            prompt=payload.prompt,
-            conversation_id=payload.conversation_id,
-        )
-    except runs_service.RunError as exc:
-        raise _fail(exc) from None
+    run = await runs_service.run_start(
+        user=request.user,
+        project_id=project_id,
+        prompt=payload.prompt,
+        conversation_id=payload.conversation_id,
+    )
     return Status(
         201,
         RunStartOut(
@@ -100,30 +99,32 @@ async def start_run(request: HttpRequest, project_id: int, payload: RunIn) -> St
     )
 
 
-@router.get("/runs/{run_id}", response={200: RunOut, 404: Message})
+@router.get("/runs/{run_id}", response={200: RunOut, 401: ErrorOut, 404: ErrorOut, 422: ErrorOut})
 def get_run(request: HttpRequest, run_id: int) -> Run:
-    try:
-        return runs_service.run_visible(user=request.user, run_id=run_id)
-    except runs_service.RunError as exc:
-        raise _fail(exc) from None
+    return runs_service.run_visible(user=request.user, run_id=run_id)
 
 
-@router.post("/runs/{run_id}/cancel", response={202: RunOut, 404: Message, 409: Message})
+@router.post(
+    "/runs/{run_id}/cancel",
+    response={
+        202: RunOut,
+        401: ErrorOut,
+        403: ErrorOut,
+        404: ErrorOut,
+        409: ErrorOut,
+        422: ErrorOut,
+        503: ErrorOut,
+    },
+)
 async def cancel_run(request: HttpRequest, run_id: int) -> Status[Run]:
-    try:
-        return Status(202, await runs_service.run_cancel(user=request.user, run_id=run_id))
-    except runs_service.RunError as exc:
-        raise _fail(exc) from None
+    return Status(202, await runs_service.run_cancel(user=request.user, run_id=run_id))
 
 
-@router.get("/runs/{run_id}/events", response={200: None, 404: Message})
+@router.get("/runs/{run_id}/events", response={200: None, 401: ErrorOut, 404: ErrorOut, 422: ErrorOut})
 async def run_events(
     request: HttpRequest, run_id: int, last_event_id: int | None = None
 ) -> StreamingHttpResponse:
-    try:
-        await sync_to_async(runs_service.run_visible)(user=request.user, run_id=run_id)
-    except runs_service.RunError as exc:
-        raise _fail(exc) from None
+    await sync_to_async(runs_service.run_visible)(user=request.user, run_id=run_id)
     header = request.headers.get("Last-Event-ID", "")
     after = int(header) if header.isdigit() else (last_event_id or 0)
     stream = event_stream(RunEventSource(run_id), after=after, heartbeat=settings.SSE_HEARTBEAT_SECONDS)
@@ -134,22 +135,20 @@ async def run_events(
 
 
 @router.get(
-    "/projects/{project_id}/conversations", response={200: list[ConversationListItemOut], 404: Message}
+    "/projects/{project_id}/conversations",
+    response={200: list[ConversationListItemOut], 401: ErrorOut, 404: ErrorOut, 422: ErrorOut},
 )
 def list_conversations(request: HttpRequest, project_id: int) -> Any:
-    try:
-        project = runs_service.project_visible(user=request.user, project_id=project_id)
-    except runs_service.RunError as exc:
-        raise _fail(exc) from None
+    project = runs_service.project_visible(user=request.user, project_id=project_id)
     return list(project.conversations.with_active_status()[:200])
 
 
-@router.get("/conversations/{conversation_id}", response={200: ConversationDetailOut, 404: Message})
+@router.get(
+    "/conversations/{conversation_id}",
+    response={200: ConversationDetailOut, 401: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+)
 def get_conversation(request: HttpRequest, conversation_id: int) -> Any:
-    try:
-        conversation = runs_service.conversation_visible(user=request.user, conversation_id=conversation_id)
-    except runs_service.RunError as exc:
-        raise _fail(exc) from None
+    conversation = runs_service.conversation_visible(user=request.user, conversation_id=conversation_id)
     return {
         "id": conversation.pk,
         "title": conversation.title,

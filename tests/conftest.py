@@ -36,6 +36,25 @@ CHROMIUM_ARGS = [
 ]
 
 
+# --- Markers and order -----------------------------------------------------------------
+
+KINDS = ("unit", "e2e", "browser")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test says what it needs (one of ``KINDS``); slow tests start first.
+
+    Under pytest-xdist the slow test (a question answered after 870 s) then runs on one
+    worker while the others share everything else, instead of starting last.
+    """
+    unmarked = [
+        item.nodeid for item in items if sum(item.get_closest_marker(k) is not None for k in KINDS) != 1
+    ]
+    if unmarked:
+        raise pytest.UsageError(f"each test needs exactly one of the markers {KINDS}: {unmarked[:10]}")
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 # --- Redis --------------------------------------------------------------------------
 
 
@@ -102,6 +121,7 @@ def _app_settings(settings: Any, redis_url: str, claude_cli: str, tmp_path: Path
     # A key prefix per test: nothing leaks between tests, or between parallel test runs.
     global _test_counter
     _test_counter += 1
+    # The pid differs per pytest-xdist worker, so parallel workers never share a key.
     settings.REDIS_KEY_PREFIX = f"pmtest-{os.getpid()}-{_test_counter}"
     settings.STORAGE_ROOT = tmp_path / "storage"
     # Short path: unix sockets and config paths stay well under OS limits.

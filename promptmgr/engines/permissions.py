@@ -21,9 +21,9 @@ from typing import Any
 
 from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPermissionContext
 
-from askuser import services as askuser_services
-from askuser.models import QuestionSource
-from askuser.services import PollResult, QuestionError
+from askuser import facade as askuser
+from askuser.facade import PollResult, QuestionSource
+from core.errors import DomainError
 from mcp_server.answers import CANCELLED, RUN_ENDED, SUPERSEDED, TIMED_OUT
 from promptmgr.models import PermissionMode
 
@@ -146,10 +146,10 @@ class PermissionGate:
             return PermissionResultDeny(message=str(exc))
         await self.caught_up()
         try:
-            card = await askuser_services.question_create(
+            card = await askuser.question_create(
                 run_id=self.run_id, source=QuestionSource.SDK, questions=questions
             )
-        except QuestionError:
+        except DomainError:
             return PermissionResultDeny(message=RUN_ENDED)
         question_id = str(card["question_id"])
         try:
@@ -157,9 +157,7 @@ class PermissionGate:
         except asyncio.CancelledError:
             # The CLI withdrew the request, or the client is closing: close the card too.
             with contextlib.suppress(Exception):
-                await asyncio.shield(
-                    askuser_services.question_expire(question_id=question_id, reason="cancelled")
-                )
+                await asyncio.shield(askuser.question_expire(question_id=question_id, reason="cancelled"))
             raise
         if result is None or result.status == "cancelled":
             return PermissionResultDeny(message=CANCELLED)
@@ -179,7 +177,7 @@ class PermissionGate:
         expires it when the time is up, just as the MCP engine's long-poll does.
         """
         while not self.stopping.is_set():
-            result = await askuser_services.answer_wait(
+            result = await askuser.answer_wait(
                 run_id=self.run_id, question_id=question_id, wait_seconds=WAIT_SLICE
             )
             if result.status != "waiting":

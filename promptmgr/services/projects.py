@@ -14,6 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.http import Http404
 
+from core.errors import Forbidden, NotFound
 from promptmgr.models import (
     ASK_USER_TIMEOUT_MAX,
     ASK_USER_TIMEOUT_MIN,
@@ -46,12 +47,12 @@ UPDATABLE_FIELDS = frozenset(
 )
 
 
-class ProjectNotFound(Http404):
-    """The project does not exist or the user may not see it; callers answer 404 either way."""
+class ProjectNotFound(NotFound, Http404):
+    """The project does not exist or the user may not see it: 404 either way (pages too)."""
 
 
-class ModeNotAllowed(PermissionDenied):
-    """The user may not choose this permission mode (callers answer 403)."""
+class ModeNotAllowed(Forbidden, PermissionDenied):
+    """The user may not choose this permission mode: 403 (pages too)."""
 
 
 def _check_mode_allowed(*, actor: Any, permission_mode: str, previous_mode: str | None) -> None:

@@ -13,6 +13,7 @@ from django.db import transaction
 
 from askuser import facade as askuser
 from core import events
+from core.errors import Conflict, Invalid, NotFound, TooMany
 from core.events import Event
 from core.redis import get_async_redis
 from promptmgr import live, runner
@@ -30,24 +31,17 @@ MSG_NOT_FOUND = "Not found."
 MSG_ALREADY_FINISHED = "This run has already finished."
 
 
-class RunError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 def project_visible(*, user: Any, project_id: int) -> Project:
     project = Project.objects.visible_to(user).filter(pk=project_id).first()
     if project is None:
-        raise RunError(404, MSG_NOT_FOUND)
+        raise NotFound(MSG_NOT_FOUND)
     return project
 
 
 def run_visible(*, user: Any, run_id: int) -> Run:
     run = Run.objects.visible_to(user).select_related("conversation").filter(pk=run_id).first()
     if run is None:
-        raise RunError(404, MSG_NOT_FOUND)
+        raise NotFound(MSG_NOT_FOUND)
     return run
 
 
@@ -58,16 +52,16 @@ def conversation_visible(*, user: Any, conversation_id: int) -> Conversation:
         .first()
     )
     if conversation is None:
-        raise RunError(404, MSG_NOT_FOUND)
+        raise NotFound(MSG_NOT_FOUND)
     return conversation
 
 
 def _create_run(*, user: Any, project_id: int, prompt: str, conversation_id: int | None) -> Run:
     text = prompt.strip()
     if not text:
-        raise RunError(422, MSG_EMPTY_PROMPT)
+        raise Invalid(MSG_EMPTY_PROMPT, code="empty_prompt")
     if len(text) > MAX_PROMPT_CHARS:
-        raise RunError(422, MSG_LONG_PROMPT)
+        raise Invalid(MSG_LONG_PROMPT, code="prompt_too_long")
     project = project_visible(user=user, project_id=project_id)
     with transaction.atomic():
         if conversation_id is None:
@@ -77,10 +71,10 @@ def _create_run(*, user: Any, project_id: int, prompt: str, conversation_id: int
                 Conversation.objects.select_for_update().filter(pk=conversation_id, project=project).first()
             )
             if found is None:
-                raise RunError(404, MSG_NOT_FOUND)
+                raise NotFound(MSG_NOT_FOUND)
             conversation = found
             if conversation.runs.active().exists():
-                raise RunError(409, MSG_CONVERSATION_BUSY)
+                raise Conflict(MSG_CONVERSATION_BUSY, code="conversation_busy")
         return Run.objects.create(conversation=conversation, user=user, engine=project.engine, prompt=text)
 
 
@@ -167,8 +161,8 @@ async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id:
         # Nothing half-written: the refused run leaves no trace.
         await sync_to_async(_discard_run)(run.pk)
         if claimed == -1:
-            raise RunError(429, MSG_USER_CAP.format(limit=settings.RUNS_PER_USER))
-        raise RunError(429, MSG_GLOBAL_CAP.format(limit=settings.RUNS_GLOBAL))
+            raise TooMany(MSG_USER_CAP.format(limit=settings.RUNS_PER_USER), code="user_run_cap")
+        raise TooMany(MSG_GLOBAL_CAP.format(limit=settings.RUNS_GLOBAL), code="server_run_cap")
     runner.launch(run.pk)
     return run
 
@@ -176,7 +170,7 @@ async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id:
 async def run_cancel(*, user: Any, run_id: int) -> Run:
     run = await sync_to_async(run_visible)(user=user, run_id=run_id)
     if not run.is_active:
-        raise RunError(409, MSG_ALREADY_FINISHED)
+        raise Conflict(MSG_ALREADY_FINISHED, code="run_finished")
     # Whichever worker owns the run hears this on its control channel.
     await live.request_cancel(run.pk)
     return run

@@ -16,6 +16,8 @@ from askuser import live, services
 from askuser.models import Question, QuestionSource, QuestionStatus
 from tests.helpers import make_run
 
+pytestmark = pytest.mark.unit
+
 QUESTION = {
     "question": "Proceed?",
     "header": "",

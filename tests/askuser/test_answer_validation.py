@@ -22,6 +22,8 @@ from askuser.answers import (
     normalize_answers,
 )
 
+pytestmark = pytest.mark.unit
+
 DATABASE = "Which database?"
 CHECKS = "Which checks?"
 NAME = "What should the module be called?"

@@ -28,6 +28,8 @@ from tests.helpers import (
     submit_answer,
 )
 
+pytestmark = pytest.mark.e2e
+
 QUESTION = {"question": "Proceed?", "options": [{"label": "Yes"}, {"label": "No"}]}
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from tests.helpers import (
     QUOTE,
     ask,
@@ -22,6 +24,8 @@ from tests.helpers import (
     tool_results,
 )
 
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
 TIMEOUT = 900  # the project maximum
 # The answer goes in at the first event this long before the question expires. The CLI
 # reports the tool's progress every 30 s, so that event comes 30 to 60 s before expiry:
@@ -30,6 +34,7 @@ TIMEOUT = 900  # the project maximum
 ANSWER_BEFORE_EXPIRY = timedelta(seconds=60)
 
 
+@pytest.mark.timeout(1200)  # answered after 870 s, by design
 def test_an_answer_after_almost_900_seconds_reaches_the_model(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice, ask_user_timeout=TIMEOUT)
     client = login_client(app_server, "alice", "alice-password")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from askuser.models import Question
 from promptmgr.models import Run
 from tests.helpers import (
@@ -18,6 +20,8 @@ from tests.helpers import (
     submit_answer,
     tool_results,
 )
+
+pytestmark = pytest.mark.e2e
 
 
 def test_single_choice_answer_reaches_the_model(app_server: Any, alice: Any) -> None:

@@ -13,7 +13,7 @@ from askuser.runtime import sweep_stale_secrets
 from promptmgr.models import Run, RunStatus
 from tests.helpers import make_run
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.unit]
 
 
 def secrets_dir_of(run: Run) -> Path:

@@ -20,6 +20,8 @@ from core import events as run_events
 from promptmgr.models import Run
 from tests.helpers import make_run
 
+pytestmark = pytest.mark.unit
+
 
 def card(text: str) -> dict[str, Any]:
     return {"question": text, "header": "", "options": [], "multiSelect": False}

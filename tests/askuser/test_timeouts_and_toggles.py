@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from askuser.models import Question
 from tests.helpers import (
     QUOTE,
@@ -17,6 +19,8 @@ from tests.helpers import (
     submit_answer,
     tool_results,
 )
+
+pytestmark = pytest.mark.e2e
 
 
 def test_an_unanswered_question_times_out_for_the_model_and_the_card(app_server: Any, alice: Any) -> None:

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from promptmgr.models import RunEvent
 from tests.helpers import (
     QUOTE,
@@ -23,6 +25,8 @@ from tests.helpers import (
     tool_results,
     wait_until,
 )
+
+pytestmark = pytest.mark.e2e
 
 READ_CONFIG = {
     "command": "python3 -c \"import os; print(open(os.environ['ASK_USER_CONFIG']).read())\"",

@@ -15,7 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import REPO
+
+pytestmark = pytest.mark.unit
 
 # One life of a database: migrate, make a user, a project and run 1, ask a question in
 # it (through the real question store), then report what run 1's live state shows.

@@ -30,6 +30,8 @@ from tests.helpers import (
     tool_results,
 )
 
+pytestmark = pytest.mark.e2e
+
 AUTH = sdk_question("Which auth method?", "Auth", ["OAuth", "API key"])
 CHECKS = sdk_question("Which checks?", "Checks", ["Lint", "Types", "Tests"], multi=True)
 ANSWERED = "Your questions have been answered: {pairs}. You can now continue with these answers in mind."

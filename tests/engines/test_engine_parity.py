@@ -27,6 +27,8 @@ from tests.helpers import (
     submit_answer,
 )
 
+pytestmark = pytest.mark.e2e
+
 DB = sdk_question("Which database?", "DB", ["SQLite", "PostgreSQL"])
 WRITE = {"tool_use": {"name": "Write", "input": {"file_path": "notes.txt", "content": "hello"}}}
 ASK_TOOLS = {"mcp__ask-user__ask_user", "AskUserQuestion"}

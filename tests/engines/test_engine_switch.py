@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
 from promptmgr.models import Project, Run
 from promptmgr.workspaces import ASK_USER_TOOL, workspace_path
 from tests.helpers import SSEEvent, login_client, make_project, read_sse, script, start_run
+
+pytestmark = pytest.mark.e2e
 
 
 def session_of(events: list[SSEEvent]) -> dict[str, Any]:

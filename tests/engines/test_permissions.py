@@ -13,6 +13,8 @@ from promptmgr.engines.permissions import (
     refusal,
 )
 
+pytestmark = pytest.mark.unit
+
 AUTH = {
     "question": "Which auth method?",
     "header": "Auth",

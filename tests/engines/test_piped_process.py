@@ -16,6 +16,8 @@ from claude_agent_sdk import ClaudeAgentOptions
 from promptmgr.engines.transport import IsolatedCLITransport, PipedProcess
 from promptmgr.processes import spawn_piped
 
+pytestmark = pytest.mark.unit
+
 ECHO = (
     "import sys\n"
     "for line in sys.stdin:\n"

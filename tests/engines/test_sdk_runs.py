@@ -26,6 +26,8 @@ from tests.helpers import (
     wait_until,
 )
 
+pytestmark = pytest.mark.e2e
+
 
 def test_streamed_text_result_and_session_reach_the_browser(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice, engine="sdk")

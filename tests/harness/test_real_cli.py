@@ -15,6 +15,8 @@ from promptmgr.cli import bundled_cli, child_env, find_claude_cli
 from promptmgr.workspaces import workspace_path
 from tests.helpers import make_project, script
 
+pytestmark = pytest.mark.e2e
+
 
 def test_the_real_cli_streams_scripted_text_with_the_ask_user_server_connected(
     model_settings: Any, claude_cli: str, alice: Any

@@ -7,6 +7,8 @@ import pytest
 from mcp_server import answers
 from mcp_server.answers import Answer, format_answer
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_single_choice_reads_user_selected() -> None:
     assert format_answer(Answer(text="Option A", selected_labels=("Option A",))) == "User selected: Option A"

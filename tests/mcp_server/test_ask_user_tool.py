@@ -13,6 +13,8 @@ from mcp_server.relay import Option
 from mcp_server.server import ask_user
 from tests.mcp_server.fake_relay import FakeRelay, Reply, answered, relayed, waiting
 
+pytestmark = pytest.mark.unit
+
 OPTIONS = [Option("Postgres", "Already used in staging"), Option("SQLite"), Option("DuckDB")]
 
 

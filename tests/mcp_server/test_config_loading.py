@@ -13,6 +13,8 @@ import pytest
 from mcp_server.config import AskUserConfig, ConfigError, check_api_url, load_config, parse_config
 from tests.mcp_server.fake_relay import RELAY_TOKEN, config_data
 
+pytestmark = pytest.mark.unit
+
 
 def resolver_for(*addresses: str) -> Callable[..., Sequence[tuple[Any, ...]]]:
     """A getaddrinfo stand-in that resolves every host to ``addresses``."""

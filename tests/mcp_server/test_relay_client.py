@@ -38,6 +38,8 @@ from tests.mcp_server.fake_relay import (
     waiting,
 )
 
+pytestmark = pytest.mark.unit
+
 QUESTION = Question(
     question="Which database should the service use?",
     header="Database",
@@ -299,7 +301,9 @@ async def test_validation_errors_from_django_ninja_are_made_readable(relay: Fake
         },
         {"type": "missing", "loc": ["body", "payload", "question"], "msg": "Field required"},
     ]
-    relay.question_replies = [Reply(422, {"detail": errors})]
+    relay.question_replies = [
+        Reply(422, {"detail": "The request is not valid", "code": "invalid", "errors": errors})
+    ]
 
     with pytest.raises(QuestionRejected) as caught:
         await ask(relay)

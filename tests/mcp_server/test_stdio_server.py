@@ -18,6 +18,8 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_server import answers
 from tests.mcp_server.fake_relay import RELAY_TOKEN, FakeRelay, answered, waiting
 
+pytestmark = pytest.mark.e2e
+
 REPO = Path(__file__).resolve().parents[2]
 CALL_TIMEOUT = 30.0
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from playwright.sync_api import expect
 
 from promptmgr.models import Run
 from tests.helpers import make_project, script
 from tests.pages.chat import PROMPT, OpenChat, last_reply
+
+pytestmark = pytest.mark.browser
 
 
 def test_shift_enter_inserts_a_newline_and_enter_sends_the_whole_prompt(

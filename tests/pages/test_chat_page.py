@@ -5,12 +5,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from playwright.sync_api import expect
 
 from promptmgr.models import Conversation
 from promptmgr.workspaces import workspace_path
 from tests.helpers import make_project, script
 from tests.pages.chat import PROMPT, OpenChat, last_reply, send_prompt
+
+pytestmark = pytest.mark.browser
 
 SLOW_TEXT = {"text": "z" * 400, "pace_ms": 50, "chunk_chars": 2}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from playwright.sync_api import expect
 
 from promptmgr.models import RunStatus
@@ -19,6 +20,8 @@ from tests.helpers import (
     start_run,
 )
 from tests.pages.chat import OpenChat, send_prompt
+
+pytestmark = pytest.mark.browser
 
 CHIPS = ".chat-conversation .status-chip"
 

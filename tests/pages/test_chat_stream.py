@@ -6,11 +6,14 @@ import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import pytest
 from playwright.sync_api import expect
 
 from promptmgr.models import Run
 from tests.helpers import make_project, script
 from tests.pages.chat import OpenChat, last_reply, send_prompt
+
+pytestmark = pytest.mark.browser
 
 TEXT = "Streamed in pieces, shown once."
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from playwright.sync_api import expect
 
 from promptmgr.models import Project
 from tests.helpers import browser_login, make_project
+
+pytestmark = pytest.mark.browser
 
 
 def test_log_in_create_a_project_and_see_it_listed(app_server: Any, page: Any, alice: Any) -> None:

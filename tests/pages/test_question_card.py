@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from playwright.sync_api import expect
 
 from tests.conftest import LiveServer
@@ -18,6 +19,8 @@ from tests.pages.chat import (
     send_prompt,
     wait_until_claude_went_on,
 )
+
+pytestmark = pytest.mark.browser
 
 WAITING_TITLE = re.compile(r"^\(\?\) Claude is waiting — ")
 XSS = "<img src=x onerror=alert(1)>"

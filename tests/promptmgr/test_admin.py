@@ -14,7 +14,7 @@ from promptmgr.services.projects import SDK_BYPASS_REFUSED
 from promptmgr.workspaces import workspace_path
 from tests.helpers import make_project
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.unit]
 
 CHANGELIST = "/admin/promptmgr/project/"
 

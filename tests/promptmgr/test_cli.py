@@ -9,6 +9,8 @@ import pytest
 
 from promptmgr.cli import bundled_cli, find_claude_cli
 
+pytestmark = pytest.mark.unit
+
 
 def make_executable(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)

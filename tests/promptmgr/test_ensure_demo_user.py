@@ -13,7 +13,7 @@ from promptmgr.models import Project
 from promptmgr.services.demo import DEMO_PROJECT_NAME
 from promptmgr.workspaces import workspace_path
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.unit]
 
 
 def _run(*args: str) -> str:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import gc
 
+import pytest
+
 from tests.conftest import LiveServer
+
+pytestmark = pytest.mark.e2e
 
 
 def test_what_start_up_loaded_is_kept_out_of_full_collections_while_the_app_serves(

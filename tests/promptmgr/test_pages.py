@@ -13,7 +13,7 @@ from promptmgr.services.projects import NAME_REQUIRED
 from promptmgr.workspaces import workspace_path
 from tests.helpers import make_project
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.unit]
 
 ClientFor = Callable[..., Client]
 DEMO_BANNER = "Offline demo model is answering — set ANTHROPIC_API_KEY to use Claude"

@@ -19,7 +19,7 @@ from promptmgr.services.projects import (
 )
 from promptmgr.workspaces import workspace_path
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.unit]
 
 
 def test_create_uses_the_server_default_timeout(alice: Any, settings: Any) -> None:

@@ -20,14 +20,16 @@ from promptmgr.services.projects import (
 from promptmgr.workspaces import workspace_path
 from tests.helpers import make_project
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.unit]
 
 ClientFor = Callable[..., Client]
 JSON = "application/json"
 
 
 def _messages(response: Any) -> list[str]:
-    return [error["msg"] for error in response.json()["detail"]]
+    body = response.json()
+    assert body["code"] == "invalid"
+    return [error["msg"] for error in body["errors"]]
 
 
 def _post(client: Client, body: dict[str, Any]) -> Any:
@@ -101,7 +103,7 @@ def test_other_user_gets_404_like_a_missing_project(
     missing = client.get(f"/api/projects/{project.pk + 1000}")
 
     assert hidden.status_code == missing.status_code == 404
-    assert hidden.json() == missing.json() == {"detail": PROJECT_NOT_FOUND}
+    assert hidden.json() == missing.json() == {"detail": PROJECT_NOT_FOUND, "code": "not_found"}
 
 
 def test_anonymous_detail_gets_401(project: Project) -> None:
@@ -168,7 +170,7 @@ def test_create_with_bad_settings_gets_422_with_the_reason(
     response = _post(client_for(alice), body)
 
     assert response.status_code == 422
-    assert response.json()["detail"] == [
+    assert response.json()["errors"] == [
         {"loc": ["body", "payload", field], "msg": message, "type": "value_error"}
     ]
     assert not Project.objects.exists()
@@ -189,7 +191,7 @@ def test_create_with_malformed_input_gets_422_naming_the_field(
     response = _post(client_for(alice), body)
 
     assert response.status_code == 422
-    assert [error["loc"] for error in response.json()["detail"]] == [["body", "payload", field]]
+    assert [error["loc"] for error in response.json()["errors"]] == [["body", "payload", field]]
     assert not Project.objects.exists()
 
 
@@ -221,7 +223,7 @@ def test_other_user_gets_404_and_nothing_changes(client_for: ClientFor, project:
     response = _patch(client_for(carol), project, {"name": "Hijacked", "ask_user_enabled": False})
 
     assert response.status_code == 404
-    assert response.json() == {"detail": PROJECT_NOT_FOUND}
+    assert response.json() == {"detail": PROJECT_NOT_FOUND, "code": "not_found"}
     assert _snapshot(project) == before
 
 
@@ -284,7 +286,7 @@ def test_patch_with_malformed_input_gets_422_naming_the_field(
     response = _patch(client_for(alice), project, body)
 
     assert response.status_code == 422
-    assert [error["loc"][-1] for error in response.json()["detail"]] == list(body)
+    assert [error["loc"][-1] for error in response.json()["errors"]] == list(body)
     assert _snapshot(project) == before
 
 
@@ -338,7 +340,7 @@ def test_a_non_staff_user_cannot_create_a_project_that_bypasses_permissions(
     response = _post(client_for(alice), {"name": "Yolo", "permission_mode": "bypassPermissions"})
 
     assert response.status_code == 403
-    assert response.json() == {"detail": BYPASS_STAFF_ONLY}
+    assert response.json() == {"detail": BYPASS_STAFF_ONLY, "code": "forbidden"}
     assert not Project.objects.filter(name="Yolo").exists()
 
 
@@ -350,7 +352,7 @@ def test_a_non_staff_owner_cannot_switch_a_project_to_bypass_permissions(
     response = _patch(client_for(alice), project, {"permission_mode": "bypassPermissions", "name": "Renamed"})
 
     assert response.status_code == 403
-    assert response.json() == {"detail": BYPASS_STAFF_ONLY}
+    assert response.json() == {"detail": BYPASS_STAFF_ONLY, "code": "forbidden"}
     assert _snapshot(project) == before
 
 

@@ -11,6 +11,8 @@ from promptmgr.services import run_state
 from promptmgr.services.run_state import IllegalTransition, Outcome
 from tests.helpers import make_run
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 def run(alice: Any) -> Run:

@@ -11,6 +11,8 @@ import pytest
 
 from tests.conftest import REPO
 
+pytestmark = pytest.mark.unit
+
 START = "import django; django.setup(); print('started')"
 
 

@@ -12,7 +12,7 @@ from promptmgr.models import Project
 from promptmgr.workspaces import workspace_path
 from tests.helpers import make_project
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.unit]
 
 
 def _run(*args: str) -> list[str]:

@@ -15,7 +15,7 @@ from promptmgr.services.projects import project_update
 from promptmgr.workspaces import CLAUDE_MD_HEADER, FileChange, workspace_path, workspace_sync
 from tests.helpers import make_project
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.unit]
 
 ASK_USER_SERVER = {"type": "stdio", "command": sys.executable, "args": ["-P", "-m", "mcp_server"]}
 REGISTERED_SETTINGS = {

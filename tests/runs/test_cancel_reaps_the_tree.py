@@ -28,6 +28,8 @@ from tests.helpers import (
     wait_until,
 )
 
+pytestmark = pytest.mark.e2e
+
 
 def sessions_of(pids: list[int]) -> set[int]:
     sessions = set()

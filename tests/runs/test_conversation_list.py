@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from promptmgr.models import Run, RunStatus
 from tests.helpers import make_project, make_run
+
+pytestmark = pytest.mark.unit
 
 
 def _statuses(client: Any, project: Any) -> dict[int, str | None]:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.helpers import login_client, make_project, read_sse, script, start_run
+
+pytestmark = pytest.mark.e2e
 
 
 def test_the_event_stream_is_sse_and_tells_proxies_and_caches_not_to_hold_it(

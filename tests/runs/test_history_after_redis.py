@@ -5,11 +5,15 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from core import events as run_events
 from core import redis as core_redis
 from promptmgr.models import Run
 from promptmgr.sse import RunEventSource
 from tests.helpers import login_client, make_project, read_sse, script, start_run, wait_until
+
+pytestmark = pytest.mark.e2e
 
 
 def finished_run_without_its_stream(app_server: Any, alice: Any) -> tuple[Any, dict[str, Any], list[Any]]:

@@ -25,6 +25,8 @@ from tests.helpers import (
     wait_until,
 )
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 def private_redis(settings: Any, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:

@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from core import redis as core_redis
 from promptmgr import live
 from promptmgr.models import Run
 from tests.helpers import SLOW_TEXT, login_client, make_project, read_sse, script, start_run, wait_until
+
+pytestmark = pytest.mark.e2e
 
 
 def test_another_users_run_events_status_and_cancel_are_404(app_server: Any, alice: Any, bob: Any) -> None:

@@ -15,6 +15,8 @@ from tests.conftest import LiveServer
 from tests.engines.support import ask_user_question, sdk_question
 from tests.helpers import ask, login_client, make_project, next_question, processes_in, script, start_run
 
+pytestmark = pytest.mark.e2e
+
 QUESTIONS = {
     "cli": ask("Deploy now?", ["Yes", "No"]),
     "sdk": ask_user_question(sdk_question("Deploy now?", "Deploy", ["Yes", "No"])),

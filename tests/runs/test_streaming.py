@@ -27,6 +27,8 @@ from tests.helpers import (
     wait_until,
 )
 
+pytestmark = pytest.mark.e2e
+
 
 def test_streamed_text_reaches_the_sse_client(app_server: Any, alice: Any) -> None:
     project = make_project(owner=alice)

@@ -19,6 +19,8 @@ from promptmgr.processes import Line
 from promptmgr.runner import RunContext, RunSupervisor
 from tests.helpers import make_run
 
+pytestmark = pytest.mark.unit
+
 QUESTION = {
     "question": "Which database?",
     "header": "DB",

@@ -16,6 +16,8 @@ from promptmgr import markdown
 from promptmgr.markdown import INLINE_MAX_CHARS, render_markdown, render_markdown_async
 from tests.helpers import wait_until
 
+pytestmark = pytest.mark.unit
+
 # Headings, lists, code, a table and raw HTML, well past the in-place limit.
 LONG_REPLY = "\n\n".join(
     f"## Step {i}\n\n- **bold** and `code` <b>raw</b>\n\n```py\nprint({i})\n```\n\n| a | b |\n|---|---|\n| {i} | x |"

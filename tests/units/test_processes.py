@@ -26,6 +26,8 @@ from promptmgr.processes import (
     live_processes,
 )
 
+pytestmark = pytest.mark.unit
+
 
 async def spawn(code: str, tmp_path: Path, **kwargs: int) -> ManagedProcess:
     return await ManagedProcess.spawn(

@@ -11,6 +11,8 @@ from core import events as live
 from promptmgr.processes import TIMEOUT, Line, LineTimeout
 from promptmgr.runner import RunSupervisor
 
+pytestmark = pytest.mark.unit
+
 MiB = 1024 * 1024
 
 

@@ -18,6 +18,8 @@ from mcp_server.answers import SUPERSEDED
 from promptmgr.engines.permissions import ASK_USER_QUESTION, PermissionGate
 from tests.helpers import make_run
 
+pytestmark = pytest.mark.unit
+
 ASKED = {"questions": [{"question": "Which database?", "header": "DB", "options": [], "multiSelect": False}]}
 
 

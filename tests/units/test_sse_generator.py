@@ -9,6 +9,8 @@ import pytest
 from core.events import Event
 from promptmgr.sse import event_stream
 
+pytestmark = pytest.mark.unit
+
 
 class ListSource:
     def __init__(self, events: list[Event], *, finished: bool = True) -> None:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import secrets
 
+import pytest
+
 from askuser.runtime import REDACTED, DeltaRedactor, redact_tokens
+
+pytestmark = pytest.mark.unit
 
 
 def test_every_relay_token_in_a_line_is_replaced() -> None:

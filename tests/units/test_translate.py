@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from promptmgr.translate import TOOL_RESULT_MAX_CHARS, translate
+
+pytestmark = pytest.mark.unit
 
 
 def test_init_line_becomes_a_session_event() -> None:

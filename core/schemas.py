@@ -1,0 +1,13 @@
+"""The error body every API operation declares for its 4xx answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ninja import Schema
+
+
+class ErrorOut(Schema):
+    detail: str
+    code: str
+    errors: list[dict[str, Any]] | None = None
