@@ -64,3 +64,4 @@ bench: $(VENV)/.installed-app
 	scripts/ensure-redis.sh --binary
 	$(PY) bench/stream_overhead.py
 	$(PY) bench/askuser_latency.py
+	$(PY) bench/cli_startup.py
