@@ -13,10 +13,12 @@ multi-select is the labels joined with ", ", "Other" is the typed text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
-MAX_TEXT = 10_000
+from pydantic import ValidationError
+
+from core.questions import MAX_TEXT, AnswerIn, FormAnswer, ItemAnswer, QuestionSpec
 
 MSG_REQUIRED = "An answer is required for “{question}”."
 MSG_ONE_CHOICE = "“{question}” takes one choice: pick one option or type an answer, not both."
@@ -32,40 +34,6 @@ MSG_SINGLE_ONLY = "This card has {count} questions: send answers keyed by questi
 
 class AnswerError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class QuestionAnswer:
-    question: str
-    selected: list[int]
-    labels: list[str]
-    other: str
-
-    @property
-    def display(self) -> str:
-        return ", ".join([*self.labels, *([self.other] if self.other else [])])
-
-
-@dataclass(frozen=True)
-class FormAnswer:
-    items: list[QuestionAnswer]
-    notes: str = ""
-    display: dict[str, str] = field(default_factory=dict)
-
-    def selections(self) -> list[list[int]]:
-        return [item.selected for item in self.items]
-
-    def handoff(self) -> dict[str, Any]:
-        """What the waiting engine receives (poll-answer's 200 body, the SDK callback)."""
-        first = self.items[0]
-        return {
-            "answer": first.display,
-            "selectedOptions": first.selected,
-            "selectedLabels": first.labels,
-            "otherText": first.other or None,
-            "notes": self.notes or None,
-            "answers": self.display,
-        }
 
 
 def _text(value: Any) -> str:
@@ -88,68 +56,83 @@ def _indices(value: Any) -> list[Any]:
     return value
 
 
-def _validate(spec: dict[str, Any], selected: list[Any], other: str) -> QuestionAnswer:
-    question = str(spec.get("question", ""))
-    options = spec.get("options") or []
+def _validate(spec: QuestionSpec, selected: list[Any], other: str) -> ItemAnswer:
+    question = spec.question
     labels: list[str] = []
     indices: list[int] = []
     for index in selected:
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(options):
-            if not options:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(spec.options):
+            if not spec.options:
                 raise AnswerError(MSG_NO_OPTIONS.format(question=question))
-            raise AnswerError(MSG_BAD_INDEX.format(index=index, question=question, count=len(options)))
+            raise AnswerError(MSG_BAD_INDEX.format(index=index, question=question, count=len(spec.options)))
         if index in indices:
             raise AnswerError(MSG_DUPLICATE.format(index=index, question=question))
         indices.append(index)
-        labels.append(str(options[index].get("label", "")))
+        labels.append(spec.options[index].label)
     if labels and other == ", ".join(labels):
         other = ""  # the spec's browser form echoes the chosen labels as the answer text
     if not indices and not other:
         raise AnswerError(MSG_REQUIRED.format(question=question))
-    if options and not spec.get("multiSelect") and (len(indices) > 1 or (indices and other)):
+    if spec.options and not spec.multiSelect and (len(indices) > 1 or (indices and other)):
         raise AnswerError(MSG_ONE_CHOICE.format(question=question))
-    return QuestionAnswer(question=question, selected=indices, labels=labels, other=other)
+    return ItemAnswer(question=question, selected=indices, labels=labels, other=other)
 
 
-def _from_string(spec: dict[str, Any], value: str) -> tuple[list[int], str]:
+def _from_string(spec: QuestionSpec, value: str) -> tuple[list[int], str]:
     """A plain-string answer: option labels become selections, anything else is "Other"."""
-    labels = [str(o.get("label", "")) for o in spec.get("options") or []]
+    labels = spec.labels()
     if value in labels:
         return [labels.index(value)], ""
-    if spec.get("multiSelect"):
+    if spec.multiSelect:
         parts = [p.strip() for p in value.split(",")]
         if parts and all(p in labels for p in parts):
             return [labels.index(p) for p in parts], ""
     return [], value
 
 
-def normalize_answers(questions: list[dict[str, Any]], body: dict[str, Any]) -> FormAnswer:
-    notes = _text(body.get("notes"))
-    answers = body.get("answers")
-    if answers is not None:
+def _form_item(spec: QuestionSpec, value: Any) -> ItemAnswer:
+    if isinstance(value, dict):
+        return _validate(spec, _indices(value.get("selected")), _text(value.get("other")))
+    selected, other = _from_string(spec, _text(value))
+    return _validate(spec, selected, other)
+
+
+def _parse(
+    questions: Sequence[QuestionSpec | dict[str, Any]], body: AnswerIn | dict[str, Any]
+) -> tuple[list[QuestionSpec], AnswerIn]:
+    specs = [q if isinstance(q, QuestionSpec) else QuestionSpec.model_validate(q) for q in questions]
+    if isinstance(body, AnswerIn):
+        return specs, body
+    try:
+        return specs, AnswerIn.model_validate(body)
+    except ValidationError:
+        raise AnswerError(MSG_SHAPE) from None
+
+
+def normalize_answers(
+    questions: Sequence[QuestionSpec | dict[str, Any]], body: AnswerIn | dict[str, Any]
+) -> FormAnswer:
+    """The card's validated answer; AnswerError with a sentence for the user when it is not.
+
+    Stored questions and request bodies may come as JSON; both are parsed into the shared
+    models first.
+    """
+    questions, body = _parse(questions, body)
+    notes = _text(body.notes)
+    if body.answers is not None:
         # Both shapes at once would leave half of the request silently unused.
-        mixed = body.get("answer") is not None or body.get("selectedOptions") is not None
-        if mixed or not isinstance(answers, dict):
+        if body.answer is not None or body.selectedOptions is not None:
             raise AnswerError(MSG_SHAPE)
-        known = {str(q.get("question", "")) for q in questions}
-        for key in answers:
+        known = {spec.question for spec in questions}
+        for key in body.answers:
             if key not in known:
                 raise AnswerError(MSG_UNKNOWN.format(question=key))
-        items = []
-        for spec in questions:
-            text = str(spec.get("question", ""))
-            if text not in answers:
-                raise AnswerError(MSG_MISSING.format(question=text))
-            value = answers[text]
-            if isinstance(value, dict):
-                selected = _indices(value.get("selected"))
-                items.append(_validate(spec, selected, _text(value.get("other"))))
-            else:
-                selected, other = _from_string(spec, _text(value))
-                items.append(_validate(spec, selected, other))
+        missing = next((spec.question for spec in questions if spec.question not in body.answers), None)
+        if missing is not None:
+            raise AnswerError(MSG_MISSING.format(question=missing))
+        items = [_form_item(spec, body.answers[spec.question]) for spec in questions]
     else:
         if len(questions) != 1:
             raise AnswerError(MSG_SINGLE_ONLY.format(count=len(questions)))
-        selected = _indices(body.get("selectedOptions"))
-        items = [_validate(questions[0], selected, _text(body.get("answer")))]
-    return FormAnswer(items=items, notes=notes, display={i.question: i.display for i in items})
+        items = [_validate(questions[0], _indices(body.selectedOptions), _text(body.answer))]
+    return FormAnswer(items=items, notes=notes)

@@ -13,10 +13,11 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
-from ninja import Field, Router, Schema, Status
+from ninja import Router, Schema, Status
 from ninja.security import HttpBearer, django_auth
 
 from core.errors import Forbidden, Gone, Unauthorized
+from core.questions import AnswerIn, QuestionSpec
 from core.schemas import ErrorOut
 
 from . import runtime, services
@@ -56,18 +57,6 @@ def relay_run_id(request: HttpRequest) -> int:
     return int(getattr(request, "auth"))  # noqa: B009 (ninja sets it dynamically)
 
 
-class OptionIn(Schema):
-    label: str = Field(..., min_length=1, max_length=200)
-    description: str | None = Field(None, max_length=2000)
-
-
-class RelayQuestionIn(Schema):
-    question: str = Field(..., min_length=1, max_length=5000)
-    header: str | None = Field(None, max_length=60)
-    options: list[OptionIn] | None = Field(None, max_length=20)
-    multiSelect: bool | None = False  # noqa: N815 (the tool's wire name)
-
-
 class RelayQuestionOut(Schema):
     question_id: str
     expires_at: datetime
@@ -85,12 +74,10 @@ class PollOut(Schema):
     detail: str | None = None
 
 
-class SubmitIn(Schema):
+class SubmitIn(AnswerIn):
+    """Either answer shape (``core.questions.AnswerIn``) for the card ``question_id``."""
+
     question_id: uuid.UUID
-    answer: str | None = Field(None, max_length=10_000)
-    selectedOptions: list[int] | None = Field(None, max_length=50)  # noqa: N815
-    answers: dict[str, Any] | None = None
-    notes: str | None = Field(None, max_length=10_000)
 
 
 class SubmitOut(Schema):
@@ -106,16 +93,9 @@ class SubmitOut(Schema):
     auth=relay_auth,
     response={201: RelayQuestionOut, 401: ErrorOut, 403: ErrorOut, 410: ErrorOut, 422: ErrorOut},
 )
-async def relay_question(request: HttpRequest, payload: RelayQuestionIn) -> Status[dict[str, Any]]:
-    options = [{"label": o.label, "description": o.description or ""} for o in payload.options or []]
-    question = {
-        "question": payload.question,
-        "header": payload.header or "",
-        "options": options,
-        "multiSelect": bool(payload.multiSelect and options),
-    }
+async def relay_question(request: HttpRequest, payload: QuestionSpec) -> Status[dict[str, Any]]:
     created = await services.question_create(
-        run_id=relay_run_id(request), source=QuestionSource.MCP, questions=[question]
+        run_id=relay_run_id(request), source=QuestionSource.MCP, questions=[payload]
     )
     return Status(201, created)
 
@@ -139,8 +119,8 @@ async def poll_answer(request: HttpRequest, question_id: uuid.UUID) -> Status[Po
         question_id=str(question_id),
         wait_seconds=settings.ASK_USER_LONG_POLL_SECONDS,
     )
-    if result.status == "answered":
-        return Status(200, PollOut(status="answered", **(result.answer or {})))
+    if result.status == "answered" and result.answer is not None:
+        return Status(200, PollOut(status="answered", **result.answer.model_dump()))
     if result.status == "waiting":
         return Status(202, PollOut(status="waiting"))
     return Status(410, PollOut(status=result.status, detail=services.GONE_MESSAGES[result.status]))
@@ -160,5 +140,4 @@ async def poll_answer(request: HttpRequest, question_id: uuid.UUID) -> Status[Po
     },
 )
 async def submit_answer(request: HttpRequest, payload: SubmitIn) -> dict[str, Any]:
-    body = payload.dict(exclude={"question_id"}, exclude_none=True)
-    return await services.answer_submit(question_id=str(payload.question_id), user=request.user, body=body)
+    return await services.answer_submit(question_id=str(payload.question_id), user=request.user, body=payload)

@@ -15,7 +15,8 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from core import events
-from mcp_server.answers import Answer, format_answer
+from core.questions import FormAnswer
+from mcp_server.answers import format_answer
 
 from .models import Question, QuestionSource, QuestionStatus
 
@@ -31,18 +32,8 @@ EMPTY_RESULT = "(the tool result was empty)"
 
 def mcp_answer_text(question: Question) -> str:
     """The text the MCP server returns to Claude for this answered question."""
-    spec = (question.questions or [{}])[0]
-    display = str((question.answers or {}).get(str(spec.get("question", "")), ""))
-    options = spec.get("options") or []
-    selected = (question.selected_options or [[]])[0]
-    labels = [str(options[i].get("label", "")) for i in selected if 0 <= i < len(options)]
-    # The display text is the labels, then the typed text, joined with ", " (askuser.answers).
-    chosen = ", ".join(labels)
-    other = display[len(chosen) + 2 :] if labels else display
-    answer = Answer(
-        text=display, selected_labels=tuple(labels), other_text=other or None, notes=question.notes
-    )
-    return format_answer(answer)
+    form = FormAnswer(items=question.answer_items or [], notes=question.notes)
+    return format_answer(form.handoff())
 
 
 def answer_reached_claude(question: Question, result_text: str) -> bool:

@@ -42,7 +42,9 @@ class Question(models.Model):
     status = models.CharField(max_length=12, choices=QuestionStatus.choices, default=QuestionStatus.PENDING)
     expires_at = models.DateTimeField()
     answers = models.JSONField(null=True, blank=True, help_text="{question text: answer text}")
-    selected_options = models.JSONField(null=True, blank=True)
+    answer_items = models.JSONField(
+        null=True, blank=True, help_text="[{question, selected, labels, other}] (core.questions.ItemAnswer)"
+    )
     notes = models.TextField(blank=True)
     answered_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,

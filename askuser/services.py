@@ -12,7 +12,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -21,11 +21,12 @@ from django.utils import timezone
 
 from core import events
 from core.errors import Conflict, Gone, Invalid, NotFound
+from core.questions import AnswerIn, Card, CardSource, FormAnswer, Handoff, QuestionSpec
 from promptmgr.models import ACTIVE_RUN_STATUSES, Project, Run, RunStatus
 from promptmgr.services import run_state
 
 from . import live
-from .answers import AnswerError, FormAnswer, normalize_answers
+from .answers import AnswerError, normalize_answers
 from .models import Question, QuestionSource, QuestionStatus
 
 logger = logging.getLogger(__name__)
@@ -50,24 +51,25 @@ REASON_SUPERSEDED = "superseded"
 @dataclass(frozen=True)
 class PollResult:
     status: str  # answered | waiting | expired | cancelled | consumed | superseded
-    answer: dict[str, Any] | None = None
+    answer: Handoff | None = None
 
 
-def _payload(question: Question) -> dict[str, Any]:
+def _card(question: Question, timeout: int) -> Card:
     """The normalized question shape both engines share (the card's input)."""
-    return {
-        "question_id": str(question.question_id),
-        "source": question.source,
-        "expires_at": question.expires_at.isoformat(),
-        "questions": question.questions,
-    }
+    return Card(
+        question_id=str(question.question_id),
+        source=cast(CardSource, question.source),
+        expires_at=question.expires_at,
+        timeout=timeout,
+        questions=question.questions,
+    )
 
 
 # --- Creating a question ----------------------------------------------------------------
 
 
 def _create_question(
-    run_id: int, source: str, questions: list[dict[str, Any]], timeout: int
+    run_id: int, source: str, questions: list[QuestionSpec], timeout: int
 ) -> tuple[Question, list[str]]:
     """The new question and the ids of the pending ones it supersedes."""
     with transaction.atomic():
@@ -82,7 +84,7 @@ def _create_question(
         question = Question.objects.create(
             run=run,
             source=source,
-            questions=questions,
+            questions=[spec.wire() for spec in questions],
             expires_at=timezone.now() + timedelta(seconds=timeout),
         )
         run_state.run_wait_for_user(run_id)
@@ -95,7 +97,7 @@ def _question_timeout(run_id: int) -> int:
 
 
 async def question_create(
-    *, run_id: int, source: QuestionSource, questions: list[dict[str, Any]], timeout: int | None = None
+    *, run_id: int, source: QuestionSource, questions: list[QuestionSpec], timeout: int | None = None
 ) -> dict[str, Any]:
     """Store a question, mark the run waiting and push the card to the browser at once."""
     if timeout is None:
@@ -103,8 +105,7 @@ async def question_create(
     question, superseded = await sync_to_async(_create_question)(run_id, source, questions, timeout)
     for old_id in superseded:
         await _announce_superseded(run_id, old_id)
-    payload = _payload(question)
-    payload["timeout"] = timeout
+    payload = _card(question, timeout).wire()
     await live.question_cache_put(run_id, payload, ttl=timeout + live.QUESTION_TTL_GRACE)
     await events.append_event(run_id, "run_status", {"status": RunStatus.WAITING_FOR_USER})
     await question_push_if_unshown(run_id=run_id)
@@ -221,7 +222,7 @@ def _record_answer(question_id: str, user: Any, form: FormAnswer) -> Question:
         ).update(
             status=QuestionStatus.ANSWERED,
             answers=form.display,
-            selected_options=form.selections(),
+            answer_items=[item.model_dump() for item in form.items],
             notes=form.notes,
             answered_by=user,
             answered_at=timezone.now(),
@@ -234,7 +235,7 @@ def _record_answer(question_id: str, user: Any, form: FormAnswer) -> Question:
     return question
 
 
-def _prepare_answer(question_id: str, user: Any, body: dict[str, Any]) -> tuple[Question, FormAnswer]:
+def _prepare_answer(question_id: str, user: Any, body: AnswerIn) -> tuple[Question, FormAnswer]:
     question = _load_for_user(question_id, user)
     _check_open(question)
     try:
@@ -244,18 +245,18 @@ def _prepare_answer(question_id: str, user: Any, body: dict[str, Any]) -> tuple[
     return question, form
 
 
-def _submit(question_id: str, user: Any, body: dict[str, Any]) -> tuple[Question, FormAnswer]:
+def _submit(question_id: str, user: Any, body: AnswerIn) -> tuple[Question, FormAnswer]:
     _question, form = _prepare_answer(question_id, user, body)
     return _record_answer(question_id, user, form), form
 
 
-async def answer_submit(*, question_id: str, user: Any, body: dict[str, Any]) -> dict[str, Any]:
+async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[str, Any]:
     """Record the first valid answer and hand it to the waiting Claude turn."""
     # One trip to the database thread: validation and the first-answer-wins update.
     question, form = await sync_to_async(_submit)(question_id, user, body)
     remaining = max(1, int((question.expires_at - timezone.now()).total_seconds()))
     # The hand-off first: the waiting long-poll returns the moment this lands.
-    await live.answer_push(question_id, form.handoff(), ttl=remaining + live.QUESTION_TTL_GRACE)
+    await live.answer_push(question_id, form.handoff().model_dump(), ttl=remaining + live.QUESTION_TTL_GRACE)
     event = {
         "question_id": question_id,
         "answers": form.display,
@@ -295,7 +296,7 @@ async def answer_wait(*, run_id: int, question_id: str, wait_seconds: float) -> 
     remaining = (question.expires_at - timezone.now()).total_seconds()
     answer = await live.answer_pop(question_id, wait_seconds=max(0.0, min(wait_seconds, remaining)))
     if answer is not None and answer != live.ANSWER_WAKE:
-        return PollResult("answered", answer)
+        return PollResult("answered", Handoff.model_validate(answer))
     question = await sync_to_async(_question_for_run)(question_id, run_id)
     if question.status in (QuestionStatus.ANSWERED, QuestionStatus.DELIVERED):
         # The database commits the answer before Redis gets it: until some poll has taken

@@ -5,9 +5,9 @@ Pure functions and constants only, so the exact wording is unit-tested and share
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+
+from core.questions import Handoff
 
 SELECTED = "User selected: {labels}"
 SELECTED_AND_WROTE = "User selected: {labels}. User also wrote: {text}"
@@ -28,42 +28,17 @@ INVALID_ARGUMENTS = "ask_user was called with {problem}. Fix the arguments and c
 NOT_CONFIGURED = "ask_user is not configured: {reason}"
 
 
-@dataclass(frozen=True)
-class Answer:
-    """What the user submitted, as the relay's poll-answer endpoint reports it."""
-
-    text: str = ""
-    selected_labels: tuple[str, ...] = ()
-    other_text: str | None = None
-    notes: str | None = None
-
-    @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> Answer:
-        """Build from the JSON body of an answered poll; raises ValueError when it is malformed."""
-        text = payload.get("answer") or ""
-        labels = payload.get("selectedLabels") or []
-        other = payload.get("otherText")
-        notes = payload.get("notes")
-        if not isinstance(text, str) or not isinstance(labels, list):
-            raise ValueError("answer must be a string and selectedLabels a list")
-        if not all(isinstance(label, str) for label in labels):
-            raise ValueError("selectedLabels must hold strings")
-        if not isinstance(other, str | None) or not isinstance(notes, str | None):
-            raise ValueError("otherText and notes must be strings or null")
-        return cls(text=text, selected_labels=tuple(labels), other_text=other, notes=notes)
-
-
-def format_answer(answer: Answer) -> str:
+def format_answer(answer: Handoff) -> str:
     """The one line (plus optional notes) that tells Claude what the user chose."""
-    labels = [label.strip() for label in answer.selected_labels if label.strip()]
-    other = (answer.other_text or "").strip()
+    labels = [label.strip() for label in answer.selectedLabels if label.strip()]
+    other = (answer.otherText or "").strip()
     if labels and other:
         text = SELECTED_AND_WROTE.format(labels=", ".join(labels), text=other)
     elif labels:
         text = SELECTED.format(labels=", ".join(labels))
-    elif other or answer.text.strip():
+    elif other or answer.answer.strip():
         # Free-text questions may report the text either as otherText or only as the display answer.
-        text = ANSWERED.format(text=other or answer.text.strip())
+        text = ANSWERED.format(text=other or answer.answer.strip())
     else:
         text = EMPTY_ANSWER
     notes = (answer.notes or "").strip()

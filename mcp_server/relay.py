@@ -20,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
-from .answers import Answer
+from core.questions import Handoff, QuestionSpec
+
 from .config import AskUserConfig
 from .errors import (
     QuestionCancelled,
@@ -59,28 +61,6 @@ def default_client() -> httpx.AsyncClient:
         follow_redirects=False,
         headers={"User-Agent": USER_AGENT, "Accept": "application/json"},
     )
-
-
-@dataclass(frozen=True)
-class Option:
-    label: str
-    description: str | None = None
-
-
-@dataclass(frozen=True)
-class Question:
-    question: str
-    header: str | None = None
-    options: tuple[Option, ...] = ()
-    multi_select: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "question": self.question,
-            "header": self.header,
-            "options": [{"label": o.label, "description": o.description} for o in self.options],
-            "multiSelect": self.multi_select,
-        }
 
 
 @dataclass(frozen=True)
@@ -159,11 +139,11 @@ def _raise_for_common_status(response: httpx.Response, *, retry: Callable[[int],
 
 
 async def _post_question_once(
-    client: httpx.AsyncClient, config: AskUserConfig, question: Question
+    client: httpx.AsyncClient, config: AskUserConfig, question: QuestionSpec
 ) -> RelayedQuestion:
     try:
         response = await client.post(
-            config.api_url + RELAY_QUESTION_PATH, json=question.to_json(), headers=_auth_headers(config)
+            config.api_url + RELAY_QUESTION_PATH, json=question.wire(), headers=_auth_headers(config)
         )
     except httpx.ConnectError as exc:
         raise _Transient(_transport_reason(exc)) from exc
@@ -197,7 +177,7 @@ async def _post_question_once(
 async def relay_question(
     client: httpx.AsyncClient,
     config: AskUserConfig,
-    question: Question,
+    question: QuestionSpec,
     *,
     retry_window: float = RELAY_RETRY_WINDOW,
 ) -> RelayedQuestion:
@@ -218,7 +198,7 @@ async def relay_question(
 
 async def poll_answer(
     client: httpx.AsyncClient, config: AskUserConfig, question_id: str, *, timeout: int
-) -> Answer | None:
+) -> Handoff | None:
     """One long-poll: the answer, or None while the user has not answered yet.
 
     Raises QuestionExpired / QuestionSuperseded / QuestionCancelled on 410, RelayAuthRejected on 401/403,
@@ -252,8 +232,8 @@ async def poll_answer(
     if body.get("status") == "waiting":
         return None
     try:
-        return Answer.from_payload(body)
-    except ValueError as exc:
+        return Handoff.model_validate(body)
+    except ValidationError as exc:
         raise RelayUnavailable(f"poll-answer returned a malformed answer: {exc}") from None
 
 
@@ -271,7 +251,7 @@ async def wait_for_answer(
     relayed: RelayedQuestion,
     *,
     grace: float = EXPIRY_GRACE,
-) -> Answer:
+) -> Handoff:
     """Poll until the answer, a 410, or ``relayed.timeout`` plus ``grace`` seconds have passed.
 
     Transient failures are retried with backoff until the deadline; if the last attempt before

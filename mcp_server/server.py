@@ -10,11 +10,14 @@ import asyncio
 import inspect
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Literal, cast, get_args
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import Field, WithJsonSchema
+from pydantic import Field, ValidationError, WithJsonSchema
+
+from core.questions import Option, QuestionSpec
 
 from . import answers
 from .config import CONFIG_ENV_VAR, ConfigError, load_config
@@ -26,7 +29,7 @@ from .errors import (
     RelayUnavailable,
     RunFinished,
 )
-from .relay import ClientFactory, Option, Question, default_client, relay_question, wait_for_answer
+from .relay import ClientFactory, default_client, relay_question, wait_for_answer
 
 SERVER_NAME = "ask-user"
 TOOL_NAME = "ask_user"
@@ -65,6 +68,19 @@ HEADER_SCHEMA = {
 }
 
 
+@dataclass(frozen=True)
+class OptionArgument:
+    """An option as the model sent it: checked (``answers.argument_problem``) before it is relayed."""
+
+    label: str
+    description: str | None = None
+
+
+def _validation_problem(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    return f"an invalid {'.'.join(str(p) for p in first['loc'])} ({first['msg']})"
+
+
 def _text_result(text: str, *, is_error: bool = False) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=is_error)
 
@@ -72,7 +88,7 @@ def _text_result(text: str, *, is_error: bool = False) -> CallToolResult:
 async def ask_user(
     config_path_env: str | None,
     question: str,
-    options: Sequence[Option] | None = None,
+    options: Sequence[OptionArgument] | None = None,
     multi_select: bool = False,
     header: str | None = None,
     *,
@@ -89,16 +105,22 @@ async def ask_user(
     except ConfigError as exc:
         return _text_result(answers.not_configured(str(exc)), is_error=True)
 
-    choices = tuple(Option(label=o.label.strip(), description=o.description) for o in options or ())
-    problem = answers.argument_problem(question, [o.label for o in choices])
+    labels = [o.label.strip() for o in options or ()]
+    problem = answers.argument_problem(question, labels)
     if problem is not None:
         return _text_result(answers.invalid_arguments(problem), is_error=True)
-    payload = Question(
-        question=question.strip(),
-        header=(header or "").strip() or None,
-        options=choices,
-        multi_select=multi_select and bool(choices),
-    )
+    try:
+        payload = QuestionSpec(
+            question=question.strip(),
+            header=(header or "").strip(),
+            options=[
+                Option(label=label, description=o.description or "")
+                for label, o in zip(labels, options or (), strict=True)
+            ],
+            multiSelect=multi_select and bool(labels),
+        )
+    except ValidationError as exc:
+        return _text_result(answers.invalid_arguments(_validation_problem(exc)), is_error=True)
 
     async with client_factory() as client:
         try:
@@ -121,7 +143,7 @@ async def ask_user(
 
 async def ask_user_tool(
     question: Annotated[str, Field(description="The question to ask the user, as one clear sentence")],
-    options: Annotated[list[Option] | None, WithJsonSchema(OPTIONS_SCHEMA)] = None,
+    options: Annotated[list[OptionArgument] | None, WithJsonSchema(OPTIONS_SCHEMA)] = None,
     # camelCase because the parameter name is the schema name Claude sends (functional spec).
     multiSelect: Annotated[bool, Field(description="Let the user pick more than one option")] = False,
     header: Annotated[str | None, WithJsonSchema(HEADER_SCHEMA)] = None,

@@ -24,13 +24,13 @@ from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPe
 from askuser import facade as askuser
 from askuser.facade import PollResult, QuestionSource
 from core.errors import DomainError
+from core.questions import Handoff, questions_from_tool_input
 from mcp_server.answers import CANCELLED, RUN_ENDED, SUPERSEDED, TIMED_OUT
 from promptmgr.models import PermissionMode
 
 logger = logging.getLogger(__name__)
 
 ASK_USER_QUESTION = "AskUserQuestion"
-MAX_QUESTIONS = 4
 WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 PATH_KEYS = ("file_path", "notebook_path")
 # How long one wait for the answer lasts before the stop flag and the expiry are checked again.
@@ -40,57 +40,25 @@ MSG_NOT_GRANTED = "Claude requested permissions to use {tool}, but you haven't g
 MSG_WRITE_NOT_GRANTED = "Claude requested permissions to write to {path}, but you haven't granted it yet."
 MSG_PLAN_MODE = "Cannot write to {path} while in plan mode."
 MSG_QUESTIONS_OFF = "Asking the user is switched off for this project. Proceed with your best judgment."
-MSG_BAD_QUESTIONS = (
-    "AskUserQuestion needs 1 to 4 questions, each with its question text. Fix the input and call it again."
-)
 MSG_ASK_FAILED = "Could not ask the user ({error}). Proceed with your best judgment."
 MSG_CONSUMED = "the answer was collected by someone else"
 
 PermissionResult = PermissionResultAllow | PermissionResultDeny
 
 
-def normalize_questions(tool_input: dict[str, Any]) -> list[dict[str, Any]]:
-    """AskUserQuestion's input as the card's question list; ValueError when unusable.
-
-    Question texts are kept verbatim: the CLI looks the answers up by them.
-    """
-    raw = tool_input.get("questions")
-    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_QUESTIONS:
-        raise ValueError(MSG_BAD_QUESTIONS)
-    questions = []
-    for item in raw:
-        if not isinstance(item, dict) or not str(item.get("question") or "").strip():
-            raise ValueError(MSG_BAD_QUESTIONS)
-        options = [
-            {"label": str(o.get("label", "")), "description": str(o.get("description", ""))}
-            for o in item.get("options") or []
-            if isinstance(o, dict)
-        ]
-        questions.append(
-            {
-                "question": str(item["question"]),
-                "header": str(item.get("header") or ""),
-                "options": options,
-                "multiSelect": bool(item.get("multiSelect")),
-            }
-        )
-    return questions
-
-
-def answered_input(tool_input: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any] | None:
+def answered_input(tool_input: dict[str, Any], answer: Handoff) -> dict[str, Any] | None:
     """The tool input with the user's answers, or None when the hand-off holds none.
 
     The card's notes go in ``annotations`` under the first question, which the CLI
     appends to that answer ("… notes: …").
     """
-    answers = {str(k): str(v) for k, v in (answer.get("answers") or {}).items() if str(v)}
+    answers = {question: text for question, text in answer.answers.items() if text}
     if not answers:
         return None
     updated = {**tool_input, "answers": answers}
-    notes = answer.get("notes")
-    if notes:
+    if answer.notes:
         first = str(tool_input["questions"][0]["question"])
-        updated["annotations"] = {first: {"notes": str(notes)}}
+        updated["annotations"] = {first: {"notes": answer.notes}}
     return updated
 
 
@@ -141,7 +109,7 @@ class PermissionGate:
 
     async def _ask(self, tool_input: dict[str, Any]) -> PermissionResult:
         try:
-            questions = normalize_questions(tool_input)
+            questions = questions_from_tool_input(tool_input)
         except ValueError as exc:
             return PermissionResultDeny(message=str(exc))
         await self.caught_up()
@@ -165,7 +133,11 @@ class PermissionGate:
             return PermissionResultDeny(message=TIMED_OUT.format(seconds=card["timeout"]))
         if result.status == "superseded":
             return PermissionResultDeny(message=SUPERSEDED)
-        updated = answered_input(tool_input, result.answer or {}) if result.status == "answered" else None
+        updated = (
+            answered_input(tool_input, result.answer)
+            if result.status == "answered" and result.answer is not None
+            else None
+        )
         if updated is None:
             return PermissionResultDeny(message=MSG_ASK_FAILED.format(error=MSG_CONSUMED))
         return PermissionResultAllow(updated_input=updated)

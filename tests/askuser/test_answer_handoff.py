@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from askuser import live, services
 from askuser.models import Question, QuestionSource, QuestionStatus
+from core.questions import Handoff, QuestionSpec
 from tests.helpers import make_run
 
 pytestmark = pytest.mark.unit
@@ -39,7 +40,7 @@ def record_answer_in_the_database_only(question_id: str, user: Any) -> None:
     Question.objects.filter(question_id=question_id).update(
         status=QuestionStatus.ANSWERED,
         answers={"Proceed?": "Yes"},
-        selected_options=[[0]],
+        answer_items=[{"question": "Proceed?", "selected": [0], "labels": ["Yes"], "other": ""}],
         answered_by=user,
         answered_at=timezone.now(),
     )
@@ -51,7 +52,10 @@ async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_t
 ) -> None:
     run = await sync_to_async(make_run)(owner=alice)
     card = await services.question_create(
-        run_id=run.pk, source=QuestionSource.MCP, questions=[QUESTION], timeout=300
+        run_id=run.pk,
+        source=QuestionSource.MCP,
+        questions=[QuestionSpec.model_validate(QUESTION)],
+        timeout=300,
     )
     question_id = card["question_id"]
     await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
@@ -61,7 +65,7 @@ async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_t
 
     await live.answer_push(question_id, HANDOFF, ttl=60)
     taken = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
-    assert taken == services.PollResult("answered", HANDOFF)
+    assert taken == services.PollResult("answered", Handoff.model_validate(HANDOFF))
 
     again = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
     assert again.status == "consumed"
@@ -73,7 +77,10 @@ async def test_a_waiting_poll_is_not_told_consumed_before_anybody_took_the_answe
 ) -> None:
     run = await sync_to_async(make_run)(owner=alice)
     card = await services.question_create(
-        run_id=run.pk, source=QuestionSource.SDK, questions=[QUESTION], timeout=300
+        run_id=run.pk,
+        source=QuestionSource.SDK,
+        questions=[QuestionSpec.model_validate(QUESTION)],
+        timeout=300,
     )
     question_id = card["question_id"]
     await sync_to_async(record_answer_in_the_database_only)(question_id, alice)

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from askuser.answers import (
-    MAX_TEXT,
     MSG_BAD_INDEX,
     MSG_DUPLICATE,
     MSG_MISSING,
@@ -21,6 +20,7 @@ from askuser.answers import (
     AnswerError,
     normalize_answers,
 )
+from core.questions import MAX_TEXT
 
 pytestmark = pytest.mark.unit
 
@@ -53,8 +53,8 @@ def test_a_single_choice_becomes_its_label() -> None:
 
     assert form.display == {DATABASE: "PostgreSQL"}
     assert form.selections() == [[1]]
-    assert form.handoff()["answer"] == "PostgreSQL"
-    assert form.handoff()["selectedLabels"] == ["PostgreSQL"]
+    assert form.handoff().answer == "PostgreSQL"
+    assert form.handoff().selectedLabels == ["PostgreSQL"]
 
 
 def test_the_label_echoed_as_answer_text_is_not_taken_for_an_other_answer() -> None:
@@ -76,7 +76,7 @@ def test_an_other_answer_is_the_typed_text() -> None:
 
     assert form.display == {DATABASE: "DuckDB"}
     assert form.items[0].other == "DuckDB"
-    assert form.handoff()["otherText"] == "DuckDB"
+    assert form.handoff().otherText == "DuckDB"
     assert form.selections() == [[]]
 
 
@@ -94,7 +94,7 @@ def test_a_two_question_form_is_answered_by_question_text() -> None:
 
     assert form.display == {DATABASE: "PostgreSQL", CHECKS: "Lint, Tests"}
     assert form.selections() == [[1], [0, 2]]
-    assert form.handoff()["answers"] == form.display
+    assert form.handoff().answers == form.display
 
 
 def test_labels_sent_as_a_string_to_a_multi_select_question_become_selections() -> None:
@@ -108,11 +108,11 @@ def test_notes_go_along_trimmed() -> None:
     form = normalize_answers([SINGLE], {"selectedOptions": [0], "notes": "  keep it small \n"})
 
     assert form.notes == "keep it small"
-    assert form.handoff()["notes"] == "keep it small"
+    assert form.handoff().notes == "keep it small"
 
 
 def test_no_notes_hand_off_as_none() -> None:
-    assert normalize_answers([SINGLE], {"selectedOptions": [0]}).handoff()["notes"] is None
+    assert normalize_answers([SINGLE], {"selectedOptions": [0]}).handoff().notes is None
 
 
 # --- What is refused ---------------------------------------------------------------------

@@ -17,6 +17,7 @@ from django.test import AsyncClient
 from askuser import live, runtime, services
 from askuser.models import Question, QuestionSource
 from core import events as run_events
+from core.questions import QuestionSpec
 from promptmgr.models import Run
 from tests.helpers import make_run
 
@@ -29,7 +30,10 @@ def card(text: str) -> dict[str, Any]:
 
 async def ask(run: Run, text: str) -> str:
     created = await services.question_create(
-        run_id=run.pk, source=QuestionSource.MCP, questions=[card(text)], timeout=300
+        run_id=run.pk,
+        source=QuestionSource.MCP,
+        questions=[QuestionSpec.model_validate(card(text))],
+        timeout=300,
     )
     return str(created["question_id"])
 

@@ -32,6 +32,7 @@ call_command("migrate", verbosity=0)
 from django.contrib.auth.models import User
 from askuser import live as askuser_live
 from askuser.services import question_create
+from core.questions import QuestionSpec
 from core import events
 from core.redis import key_prefix, load_instance_uid
 from promptmgr.models import Conversation, Project, Run
@@ -45,7 +46,7 @@ run = Run.objects.create(conversation=conversation, user=user, prompt="p", statu
 cached_before = asyncio.run(askuser_live.question_cache_get(run.pk))
 if sys.argv[2] == "ask":
     asyncio.run(question_create(run_id=run.pk, source="mcp", timeout=300,
-        questions=[{"question": "Secret plan of " + sys.argv[1] + "?", "header": "", "options": [], "multiSelect": False}]))
+        questions=[QuestionSpec(question="Secret plan of " + sys.argv[1] + "?")]))
 print(json.dumps({
     "run_id": run.pk,
     "prefix": key_prefix(),

@@ -6,12 +6,8 @@ from typing import Any
 
 import pytest
 
-from promptmgr.engines.permissions import (
-    MSG_BAD_QUESTIONS,
-    answered_input,
-    normalize_questions,
-    refusal,
-)
+from core.questions import MSG_BAD_QUESTIONS, Handoff, questions_from_tool_input
+from promptmgr.engines.permissions import answered_input, refusal
 
 pytestmark = pytest.mark.unit
 
@@ -25,7 +21,7 @@ AUTH = {
 
 def test_questions_keep_their_text_verbatim_and_get_defaults() -> None:
     raw = {"questions": [AUTH, {"question": "  Anything else? ", "options": [{"label": "No"}]}]}
-    assert normalize_questions(raw) == [
+    assert [q.wire() for q in questions_from_tool_input(raw)] == [
         AUTH,
         {
             "question": "  Anything else? ",
@@ -49,26 +45,26 @@ def test_questions_keep_their_text_verbatim_and_get_defaults() -> None:
 )
 def test_unusable_questions_are_refused_with_a_sentence(tool_input: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="1 to 4 questions") as caught:
-        normalize_questions(tool_input)
+        questions_from_tool_input(tool_input)
     assert str(caught.value) == MSG_BAD_QUESTIONS
 
 
 def test_answers_join_the_input_and_notes_become_an_annotation() -> None:
     tool_input = {"questions": [AUTH]}
-    answer = {"answers": {"Which auth method?": "OAuth"}, "notes": "rotate keys"}
+    answer = Handoff(answers={"Which auth method?": "OAuth"}, notes="rotate keys")
     assert answered_input(tool_input, answer) == {
         "questions": [AUTH],
         "answers": {"Which auth method?": "OAuth"},
         "annotations": {"Which auth method?": {"notes": "rotate keys"}},
     }
     assert "annotations" not in (
-        answered_input(tool_input, {"answers": {"Which auth method?": "OAuth"}}) or {}
+        answered_input(tool_input, Handoff(answers={"Which auth method?": "OAuth"})) or {}
     )
 
 
 def test_a_hand_off_without_answers_is_never_allowed() -> None:
-    assert answered_input({"questions": [AUTH]}, {"answers": {}}) is None
-    assert answered_input({"questions": [AUTH]}, {"answers": {"Which auth method?": ""}}) is None
+    assert answered_input({"questions": [AUTH]}, Handoff(answers={})) is None
+    assert answered_input({"questions": [AUTH]}, Handoff(answers={"Which auth method?": ""})) is None
 
 
 @pytest.mark.parametrize(

@@ -4,45 +4,46 @@ from __future__ import annotations
 
 import pytest
 
+from core.questions import Handoff
 from mcp_server import answers
-from mcp_server.answers import Answer, format_answer
+from mcp_server.answers import format_answer
 
 pytestmark = pytest.mark.unit
 
 
 def test_a_single_choice_reads_user_selected() -> None:
-    assert format_answer(Answer(text="Option A", selected_labels=("Option A",))) == "User selected: Option A"
+    assert format_answer(Handoff(answer="Option A", selectedLabels=["Option A"])) == "User selected: Option A"
 
 
 def test_several_choices_are_joined_with_commas() -> None:
-    assert format_answer(Answer(selected_labels=("A", "C"))) == "User selected: A, C"
+    assert format_answer(Handoff(selectedLabels=["A", "C"])) == "User selected: A, C"
 
 
 def test_free_text_reads_user_answered() -> None:
-    assert format_answer(Answer(other_text="Use port 8080")) == "User answered: Use port 8080"
+    assert format_answer(Handoff(otherText="Use port 8080")) == "User answered: Use port 8080"
 
 
 def test_free_text_given_only_as_the_display_answer_is_used() -> None:
-    assert format_answer(Answer(text="Ship it on Friday")) == "User answered: Ship it on Friday"
+    assert format_answer(Handoff(answer="Ship it on Friday")) == "User answered: Ship it on Friday"
 
 
 def test_choices_and_other_text_are_both_reported() -> None:
-    answer = Answer(text="A, also B", selected_labels=("A",), other_text="but keep B's logging")
+    answer = Handoff(answer="A, also B", selectedLabels=["A"], otherText="but keep B's logging")
     assert format_answer(answer) == "User selected: A. User also wrote: but keep B's logging"
 
 
 def test_notes_are_appended_on_their_own_line() -> None:
-    answer = Answer(selected_labels=("Postgres",), notes="We already run it in staging.")
+    answer = Handoff(selectedLabels=["Postgres"], notes="We already run it in staging.")
     assert format_answer(answer) == "User selected: Postgres\nNotes: We already run it in staging."
 
 
 def test_blank_notes_and_blank_labels_are_ignored() -> None:
-    answer = Answer(selected_labels=("  ", "B "), other_text="  ", notes="   ")
+    answer = Handoff(selectedLabels=["  ", "B "], otherText="  ", notes="   ")
     assert format_answer(answer) == "User selected: B"
 
 
 def test_an_answer_with_no_content_says_so() -> None:
-    assert format_answer(Answer()) == answers.EMPTY_ANSWER
+    assert format_answer(Handoff()) == answers.EMPTY_ANSWER
 
 
 def test_answer_is_parsed_from_the_poll_payload() -> None:
@@ -54,7 +55,9 @@ def test_answer_is_parsed_from_the_poll_payload() -> None:
         "otherText": None,
         "notes": "quick",
     }
-    assert Answer.from_payload(payload) == Answer(text="A, C", selected_labels=("A", "C"), notes="quick")
+    assert Handoff.model_validate(payload) == Handoff(
+        answer="A, C", selectedOptions=[0, 2], selectedLabels=["A", "C"], notes="quick"
+    )
 
 
 @pytest.mark.parametrize(
@@ -69,7 +72,7 @@ def test_answer_is_parsed_from_the_poll_payload() -> None:
 )
 def test_malformed_poll_payload_is_refused(payload: dict[str, object]) -> None:
     with pytest.raises(ValueError):
-        Answer.from_payload(payload)
+        Handoff.model_validate(payload)
 
 
 def test_error_sentences_tell_claude_what_to_do() -> None:

@@ -9,7 +9,7 @@ import pytest
 from mcp_types import CallToolResult
 
 from mcp_server import answers
-from mcp_server.relay import Option
+from mcp_server.server import OptionArgument as Option
 from mcp_server.server import ask_user
 from tests.mcp_server.fake_relay import FakeRelay, Reply, answered, relayed, waiting
 
@@ -62,7 +62,7 @@ async def test_a_free_text_question_sends_no_options_and_returns_what_was_writte
     assert text_of(result) == "User answered: Call it pm-relay"
     assert relay.requests_to("/relay-question")[0].json() == {
         "question": "What should the service be called?",
-        "header": None,
+        "header": "",
         "options": [],
         "multiSelect": False,
     }

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from mcp_server.answers import Answer
+from core.questions import Handoff, Option, QuestionSpec
 from mcp_server.errors import (
     QuestionCancelled,
     QuestionExpired,
@@ -19,8 +19,6 @@ from mcp_server.errors import (
     RunFinished,
 )
 from mcp_server.relay import (
-    Option,
-    Question,
     RelayedQuestion,
     default_client,
     relay_question,
@@ -40,14 +38,14 @@ from tests.mcp_server.fake_relay import (
 
 pytestmark = pytest.mark.unit
 
-QUESTION = Question(
+QUESTION = QuestionSpec(
     question="Which database should the service use?",
     header="Database",
-    options=(Option("Postgres", "Already used in staging"), Option("SQLite")),
+    options=[Option(label="Postgres", description="Already used in staging"), Option(label="SQLite")],
 )
 
 
-async def ask(relay: FakeRelay, *, grace: float = 0.0) -> Answer:
+async def ask(relay: FakeRelay, *, grace: float = 0.0) -> Handoff:
     """Relay QUESTION and wait for its answer, as the tool does."""
     config = make_config(relay.url)
     async with default_client() as client:
@@ -61,7 +59,9 @@ async def test_the_answer_arrives_after_a_few_waiting_polls(relay: FakeRelay) ->
 
     answer = await ask(relay)
 
-    assert answer == Answer(text="Postgres", selected_labels=("Postgres",), notes="staging")
+    assert answer == Handoff(
+        answer="Postgres", selectedOptions=[0], selectedLabels=["Postgres"], notes="staging"
+    )
     assert len(relay.requests_to("/poll-answer")) == 4
 
 
@@ -78,7 +78,7 @@ async def test_the_question_is_posted_in_the_contract_shape(relay: FakeRelay) ->
         "header": "Database",
         "options": [
             {"label": "Postgres", "description": "Already used in staging"},
-            {"label": "SQLite", "description": None},
+            {"label": "SQLite", "description": ""},
         ],
         "multiSelect": False,
     }
@@ -149,7 +149,7 @@ async def test_a_refused_connection_is_retried_until_the_relay_comes_back() -> N
         await starter
         relay.stop()
 
-    assert answer.selected_labels == ("SQLite",)
+    assert answer.selectedLabels == ["SQLite"]
     assert len(relay.requests_to("/relay-question")) == 1
 
 
@@ -159,7 +159,7 @@ async def test_poll_failures_are_retried_until_the_answer(relay: FakeRelay) -> N
 
     answer = await ask(relay)
 
-    assert answer.other_text == "x"
+    assert answer.otherText == "x"
     assert len(relay.requests_to("/poll-answer")) == 4
 
 
@@ -219,7 +219,7 @@ async def test_a_503_on_relay_question_is_retried(relay: FakeRelay) -> None:
     relay.question_replies = [Reply(503), relayed()]
     relay.poll_replies = [answered(["Postgres"])]
 
-    assert (await ask(relay)).selected_labels == ("Postgres",)
+    assert (await ask(relay)).selectedLabels == ["Postgres"]
     assert len(relay.requests_to("/relay-question")) == 2
 
 

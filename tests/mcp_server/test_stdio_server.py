@@ -95,7 +95,7 @@ async def test_a_call_returns_the_users_choice_as_text_content(
         "header": "Database",
         "options": [
             {"label": "Postgres", "description": "Already in staging"},
-            {"label": "SQLite", "description": None},
+            {"label": "SQLite", "description": ""},
         ],
         "multiSelect": False,
     }

@@ -13,8 +13,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from askuser import delivery, services
+from askuser.answers import normalize_answers
 from askuser.models import Question, QuestionSource
 from core import events as live
+from core.questions import AnswerIn, QuestionSpec
 from promptmgr.processes import Line
 from promptmgr.runner import RunContext, RunSupervisor
 from tests.helpers import make_run
@@ -47,9 +49,11 @@ def supervisor_with_context(owner: Any) -> tuple[RunSupervisor, RunContext]:
 
 
 async def answered_question(run_id: int, user: Any, source: QuestionSource = QuestionSource.MCP) -> str:
-    card = await services.question_create(run_id=run_id, source=source, questions=[QUESTION], timeout=300)
+    card = await services.question_create(
+        run_id=run_id, source=source, questions=[QuestionSpec.model_validate(QUESTION)], timeout=300
+    )
     question_id = str(card["question_id"])
-    await services.answer_submit(question_id=question_id, user=user, body={"selectedOptions": [1]})
+    await services.answer_submit(question_id=question_id, user=user, body=AnswerIn(selectedOptions=[1]))
     return question_id
 
 
@@ -112,13 +116,17 @@ async def test_the_sdk_tools_result_marks_its_question_delivered(transactional_d
     assert [v["ok"] for v in await verdicts(ctx.run.pk)] == [True]
 
 
-def unsaved(source: str, answers: dict[str, str], selected: list[int], notes: str = "") -> Question:
+def unsaved(source: str, selected: list[int], other: str = "", notes: str = "") -> Question:
+    """A question answered with these options and typed text, validated as a submit is."""
+    questions = [{**QUESTION, "multiSelect": True}]
+    body = {"answers": {QUESTION["question"]: {"selected": selected, "other": other}}, "notes": notes}
+    form = normalize_answers(questions, body)
     return Question(
         source=source,
-        questions=[{**QUESTION, "multiSelect": True}],
-        answers=answers,
-        selected_options=[selected],
-        notes=notes,
+        questions=questions,
+        answers=form.display,
+        answer_items=[item.model_dump() for item in form.items],
+        notes=form.notes,
     )
 
 
@@ -132,9 +140,8 @@ def unsaved(source: str, answers: dict[str, str], selected: list[int], notes: st
     ],
 )
 def test_an_mcp_answer_must_arrive_whole(result_text: str, ok: bool) -> None:
-    question = unsaved(
-        QuestionSource.MCP, {"Which database?": "SQLite, PostgreSQL, DuckDB"}, [0, 1], "for tests"
-    )
+    question = unsaved(QuestionSource.MCP, [0, 1], "DuckDB", "for tests")
+    assert question.answers == {"Which database?": "SQLite, PostgreSQL, DuckDB"}
     assert delivery.answer_reached_claude(question, result_text) is ok
 
 
@@ -147,5 +154,6 @@ def test_an_mcp_answer_must_arrive_whole(result_text: str, ok: bool) -> None:
     ],
 )
 def test_an_sdk_answer_must_arrive_as_its_own_value(result_text: str, ok: bool) -> None:
-    question = unsaved(QuestionSource.SDK, {"Which database?": "SQLite"}, [0])
+    question = unsaved(QuestionSource.SDK, [0])
+    assert question.answers == {"Which database?": "SQLite"}
     assert delivery.answer_reached_claude(question, result_text) is ok

@@ -14,6 +14,7 @@ from claude_agent_sdk import PermissionResultDeny, ToolPermissionContext
 
 from askuser import services
 from askuser.models import Question, QuestionSource
+from core.questions import QuestionSpec
 from mcp_server.answers import SUPERSEDED
 from promptmgr.engines.permissions import ASK_USER_QUESTION, PermissionGate
 from tests.helpers import make_run
@@ -44,7 +45,9 @@ async def test_a_superseded_question_is_denied_with_the_superseded_sentence(
         await asyncio.sleep(0.05)
 
     newer = {"question": "Which database, really?", "header": "", "options": [], "multiSelect": False}
-    await services.question_create(run_id=run.pk, source=QuestionSource.SDK, questions=[newer], timeout=300)
+    await services.question_create(
+        run_id=run.pk, source=QuestionSource.SDK, questions=[QuestionSpec.model_validate(newer)], timeout=300
+    )
 
     result = await asyncio.wait_for(asking, timeout=5)
     assert isinstance(result, PermissionResultDeny)
