@@ -1,8 +1,9 @@
-"""The three ask-user endpoints.
+"""The ask-user endpoints: questions and tool approvals.
 
-relay-question and poll-answer are called by the MCP server with the run's relay token
-as a bearer token (no session, so no CSRF; a browser cookie is ignored here).
-submit-answer is called by the browser: session + CSRF, owner or member only.
+relay-question / poll-answer and relay-permission / poll-decision are called by the MCP
+server with the run's relay token as a bearer token (no session, so no CSRF; a browser
+cookie is ignored here). submit-answer and submit-decision are called by the browser:
+session + CSRF, owner or member only.
 """
 
 from __future__ import annotations
@@ -13,15 +14,15 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest
-from ninja import Router, Schema, Status
+from ninja import Field, Router, Schema, Status
 from ninja.security import HttpBearer, django_auth
 
 from core.errors import Forbidden, Gone, Unauthorized
 from core.questions import AnswerIn, QuestionSpec
 from core.schemas import ErrorOut
 
-from . import runtime, services
-from .models import QuestionSource
+from . import approvals, runtime, services
+from .models import Decision, QuestionSource
 
 router = Router()
 
@@ -88,6 +89,39 @@ class SubmitOut(Schema):
     answered_at: datetime
 
 
+class PermissionIn(Schema):
+    """What the CLI hands its permission prompt tool (``approve``)."""
+
+    tool_name: str = Field(..., min_length=1, max_length=200)
+    input: dict[str, Any]
+    tool_use_id: str = Field("", max_length=200)
+
+
+class PermissionOut(Schema):
+    request_id: str
+    kind: str
+    expires_at: datetime
+    timeout: int
+
+
+class DecisionPollOut(Schema):
+    status: str
+    result: dict[str, Any] | None = None
+
+
+class DecisionIn(Schema):
+    request_id: uuid.UUID
+    decision: Decision
+    message: str = Field("", max_length=2000)
+
+
+class DecisionOut(Schema):
+    request_id: str
+    decision: str
+    rule: str | None
+    decided_at: datetime
+
+
 @router.post(
     "/relay-question",
     auth=relay_auth,
@@ -141,3 +175,64 @@ async def poll_answer(request: HttpRequest, question_id: uuid.UUID) -> Status[Po
 )
 async def submit_answer(request: HttpRequest, payload: SubmitIn) -> dict[str, Any]:
     return await services.answer_submit(question_id=str(payload.question_id), user=request.user, body=payload)
+
+
+@router.post(
+    "/relay-permission",
+    auth=relay_auth,
+    response={201: PermissionOut, 401: ErrorOut, 403: ErrorOut, 410: ErrorOut, 422: ErrorOut},
+)
+async def relay_permission(request: HttpRequest, payload: PermissionIn) -> Status[dict[str, Any]]:
+    created = await approvals.permission_request_create(
+        run_id=relay_run_id(request),
+        source=QuestionSource.MCP,
+        tool_name=payload.tool_name,
+        tool_input=payload.input,
+        tool_use_id=payload.tool_use_id,
+    )
+    return Status(201, created)
+
+
+@router.get(
+    "/poll-decision",
+    auth=relay_auth,
+    response={
+        200: DecisionPollOut,
+        202: DecisionPollOut,
+        401: ErrorOut,
+        403: ErrorOut,
+        404: ErrorOut,
+        422: ErrorOut,
+    },
+)
+async def poll_decision(request: HttpRequest, request_id: uuid.UUID) -> Status[DecisionPollOut]:
+    poll = await approvals.permission_wait(
+        run_id=relay_run_id(request),
+        request_id=str(request_id),
+        wait_seconds=settings.ASK_USER_LONG_POLL_SECONDS,
+    )
+    return Status(
+        200 if poll.status == "decided" else 202, DecisionPollOut(status=poll.status, result=poll.result)
+    )
+
+
+@router.post(
+    "/submit-decision",
+    auth=django_auth,
+    response={
+        200: DecisionOut,
+        401: ErrorOut,
+        403: ErrorOut,
+        404: ErrorOut,
+        409: ErrorOut,
+        410: ErrorOut,
+        422: ErrorOut,
+    },
+)
+async def submit_decision(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:
+    return await approvals.permission_decide(
+        request_id=str(payload.request_id),
+        user=request.user,
+        decision=payload.decision,
+        message=payload.message,
+    )

@@ -12,7 +12,8 @@ import contextlib
 
 import redis
 
-from . import live
+from . import approvals, live
+from .approvals import DecisionPoll, permission_request_create, permission_wait
 from .delivery import ASK_TOOL_NAMES, MCP_ASK_TOOL, SDK_ASK_TOOL, question_result_seen
 from .models import Question, QuestionSource, QuestionStatus
 from .runtime import (
@@ -37,8 +38,11 @@ __all__ = [
     "ASK_TOOL_NAMES",
     "MCP_ASK_TOOL",
     "SDK_ASK_TOOL",
+    "DecisionPoll",
     "DeltaRedactor",
     "forget_questions",
+    "permission_request_create",
+    "permission_wait",
     "PollResult",
     "QuestionSource",
     "RelaySession",
@@ -58,9 +62,12 @@ __all__ = [
 
 
 async def show_waiting_question(run_id: int) -> bool:
-    """The supervisor's idle tick: push a question nobody has shown yet; True while one waits."""
+    """The supervisor's idle tick: push a question nobody has shown yet; True while a
+    question or a permission request waits for a person (the CLI is silent meanwhile)."""
     await question_push_if_unshown(run_id=run_id)
-    return await live.question_cache_get(run_id) is not None
+    if await live.question_cache_get(run_id) is not None:
+        return True
+    return await live.permissions_pending(run_id)
 
 
 async def relay_close(session: RelaySession) -> None:
@@ -71,10 +78,12 @@ async def relay_close(session: RelaySession) -> None:
 
 
 def questions_cancel_for_dead_run(run_id: int) -> int:
-    """A run whose worker died: its open questions are cancelled (sync, for the sweep)."""
-    return Question.objects.filter(run_id=run_id, status=QuestionStatus.PENDING).update(
+    """A run whose worker died: its open questions and permission requests are cancelled
+    (sync, for the sweep)."""
+    questions = Question.objects.filter(run_id=run_id, status=QuestionStatus.PENDING).update(
         status=QuestionStatus.CANCELLED
     )
+    return questions + approvals.permissions_cancel_for_dead_run(run_id)
 
 
 async def forget_questions(run_id: int) -> None:

@@ -37,9 +37,19 @@ def relay_token_key(run_id: int) -> str:
     return run_key(run_id, "relay-token")
 
 
+def pending_permissions_key(run_id: int) -> str:
+    """Ids of the run's permission requests nobody has decided yet (the idle tick reads it)."""
+    return run_key(run_id, "permissions")
+
+
 def run_question_keys(run_id: int) -> list[str]:
     """Every key of this app that belongs to one run."""
-    return [question_cache_key(run_id), question_shown_key(run_id), relay_token_key(run_id)]
+    return [
+        question_cache_key(run_id),
+        question_shown_key(run_id),
+        relay_token_key(run_id),
+        pending_permissions_key(run_id),
+    ]
 
 
 def answer_tag(question_id: str) -> str:
@@ -87,8 +97,30 @@ async def question_mark_shown(run_id: int, question_id: str, *, ttl: int) -> boo
 
 
 async def questions_forget(run_id: int) -> None:
-    """The run ended: its question cache and shown set go (the relay token is revoked apart)."""
-    await get_async_redis().delete(question_cache_key(run_id), question_shown_key(run_id))
+    """The run ended: its question cache, shown set and pending requests go (the relay
+    token is revoked apart)."""
+    await get_async_redis().delete(
+        question_cache_key(run_id), question_shown_key(run_id), pending_permissions_key(run_id)
+    )
+
+
+# --- Pending permission requests ------------------------------------------------------------
+
+
+async def permission_pending_add(run_id: int, request_id: str, *, ttl: int) -> None:
+    client = get_async_redis()
+    pipe = client.pipeline(transaction=True)
+    pipe.sadd(pending_permissions_key(run_id), request_id)
+    pipe.expire(pending_permissions_key(run_id), ttl)
+    await pipe.execute()
+
+
+async def permission_pending_remove(run_id: int, request_id: str) -> None:
+    await get_async_redis().srem(pending_permissions_key(run_id), request_id)
+
+
+async def permissions_pending(run_id: int) -> bool:
+    return bool(await get_async_redis().scard(pending_permissions_key(run_id)))
 
 
 # --- Relay tokens -----------------------------------------------------------------------

@@ -66,3 +66,59 @@ class Question(models.Model):
     def __str__(self) -> str:
         first = (self.questions or [{}])[0].get("question", "")
         return f"{first[:60]} ({self.status})"
+
+
+class PermissionStatus(models.TextChoices):
+    PENDING = "pending"
+    ALLOWED = "allowed"
+    DENIED = "denied"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+class Decision(models.TextChoices):
+    ALLOW = "allow", "Allow once"
+    ALWAYS = "always", "Always allow"
+    DENY = "deny", "Deny"
+
+
+class PermissionRequestQuerySet(models.QuerySet["PermissionRequest"]):
+    def pending(self) -> PermissionRequestQuerySet:
+        return self.filter(status=PermissionStatus.PENDING)
+
+
+class PermissionRequest(models.Model):
+    """One tool call Claude wants to make, waiting for (or decided by) a person."""
+
+    request_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="permission_requests")
+    source = models.CharField(max_length=8, choices=QuestionSource.choices)
+    tool_name = models.CharField(max_length=200)
+    tool_use_id = models.CharField(max_length=200, blank=True)
+    tool_input = models.JSONField(default=dict)
+    preview = models.JSONField(default=dict, help_text="What the card shows (askuser.previews).")
+    suggested_rule = models.CharField(max_length=500, blank=True)
+    status = models.CharField(
+        max_length=12, choices=PermissionStatus.choices, default=PermissionStatus.PENDING
+    )
+    expires_at = models.DateTimeField()
+    decision = models.CharField(max_length=8, choices=Decision.choices, blank=True)
+    rule = models.CharField(max_length=500, blank=True, help_text='The rule an "Always allow" added.')
+    message = models.TextField(blank=True, help_text="What Claude was told with a deny.")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="permission_decisions",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = PermissionRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} ({self.status})"

@@ -27,7 +27,7 @@ from promptmgr.services import run_state
 
 from . import live
 from .answers import AnswerError, normalize_answers
-from .models import Question, QuestionSource, QuestionStatus
+from .models import PermissionRequest, Question, QuestionSource, QuestionStatus
 
 logger = logging.getLogger(__name__)
 
@@ -143,8 +143,13 @@ async def question_push_if_unshown(*, run_id: int) -> bool:
 # --- Expiry and closing -----------------------------------------------------------------
 
 
-def _resume_run(run_id: int) -> None:
-    """Claude works again, unless the run ended meanwhile (then there is nothing to resume)."""
+def resume_if_idle(run_id: int) -> None:
+    """Claude works again once nothing of this run waits for a person (no question and no
+    permission request pending), unless the run ended meanwhile."""
+    if Question.objects.filter(run_id=run_id).pending().exists():
+        return
+    if PermissionRequest.objects.filter(run_id=run_id).pending().exists():
+        return
     with contextlib.suppress(run_state.IllegalTransition):
         run_state.run_resume(run_id)
 
@@ -159,7 +164,7 @@ def _expire(question_id: str, status: str) -> Question | None:
         question = Question.objects.get(question_id=question_id)
         # A question cancelled because its run ends leaves the run's state to its ending.
         if status != QuestionStatus.CANCELLED:
-            _resume_run(question.run_id)
+            resume_if_idle(question.run_id)
     return question
 
 
@@ -185,9 +190,13 @@ def _pending_ids(run_id: int) -> list[str]:
 
 
 async def questions_close_for_run(*, run_id: int, run_status: str) -> None:
-    """The run ended: questions still open are cancelled and their cards closed."""
+    """The run ended: questions and permission requests still open are cancelled and their
+    cards closed."""
+    from .approvals import permissions_close_for_run  # approvals builds on this module
+
     for question_id in await sync_to_async(_pending_ids)(run_id):
         await question_expire(question_id=question_id, reason="cancelled")
+    await permissions_close_for_run(run_id=run_id)
 
 
 # --- Answering ----------------------------------------------------------------------------
@@ -231,7 +240,7 @@ def _record_answer(question_id: str, user: Any, form: FormAnswer) -> Question:
         if not updated:
             _check_open(question)  # raises 409 or 410: somebody else got there first
             raise Conflict(MSG_ALREADY_ANSWERED, code="already_answered")
-        _resume_run(question.run_id)
+        resume_if_idle(question.run_id)
     return question
 
 

@@ -12,6 +12,8 @@ from django.core.exceptions import ImproperlyConfigured
 from .models import Project
 
 DISALLOWED_TOOLS = "AskUserQuestion"
+# The bundled MCP server's tool the CLI asks for every permission (askuser.approvals).
+PERMISSION_PROMPT_TOOL = "mcp__ask-user__approve"
 
 # The only variables of the server's environment a CLI run may see. Secrets such as
 # SECRET_KEY or DATABASE_URL never reach Claude or the tools it runs.
@@ -61,8 +63,15 @@ def claude_home() -> Path:
 
 
 def build_command(
-    *, cli: str, project: Project, resume_session_id: str = "", partial_messages: bool = True
+    *,
+    cli: str,
+    project: Project,
+    resume_session_id: str = "",
+    partial_messages: bool = True,
+    ask_user: bool = False,
 ) -> list[str]:
+    """The CLI's command line; with ``ask_user`` every permission and AskUserQuestion go to
+    the ask-user MCP server's ``approve`` tool, so people decide them in the browser."""
     command = [cli, "-p", "--output-format", "stream-json", "--verbose"]
     if partial_messages:
         # Text deltas as they are generated, so the browser sees text appear live.
@@ -73,8 +82,11 @@ def build_command(
         command += ["--model", project.model]
     if project.permission_mode:
         command += ["--permission-mode", project.permission_mode]
-    # In -p mode the built-in question tool only answers "not available"; ours replaces it.
-    command += ["--disallowedTools", DISALLOWED_TOOLS]
+    if ask_user:
+        command += ["--permission-prompt-tool", PERMISSION_PROMPT_TOOL]
+    else:
+        # Without a prompt tool -p mode only answers "not available" to the built-in question tool.
+        command += ["--disallowedTools", DISALLOWED_TOOLS]
     return command
 
 

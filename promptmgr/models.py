@@ -82,6 +82,28 @@ class Project(models.Model):
         return self.name
 
 
+class PermissionRule(models.Model):
+    """An "Always allow" rule of a project, e.g. ``Bash(npm test:*)``.
+
+    Written into each workspace's Claude settings (``permissions.allow``), where the CLI
+    itself matches it; PromptManager never matches rules on its own.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="permission_rules")
+    rule = models.CharField(max_length=500)
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["project", "rule"], name="permission_rule_unique")]
+
+    def __str__(self) -> str:
+        return self.rule
+
+
 class ConversationQuerySet(models.QuerySet["Conversation"]):
     def with_active_status(self) -> ConversationQuerySet:
         """Annotate ``active_status``: the status of the conversation's unfinished run, or None.
@@ -142,6 +164,9 @@ class Run(models.Model):
     engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.CLI)
     status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
     prompt = models.TextField()
+    workdir = models.CharField(
+        max_length=1000, blank=True, help_text="Where Claude works: the run's working directory."
+    )
     stream_token = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

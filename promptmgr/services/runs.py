@@ -18,6 +18,7 @@ from core.events import Event
 from core.redis import get_async_redis
 from promptmgr import live, runner
 from promptmgr.models import Conversation, Project, Run, RunEvent, RunStatus
+from promptmgr.workspaces import workspace_path
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +76,13 @@ def _create_run(*, user: Any, project_id: int, prompt: str, conversation_id: int
             conversation = found
             if conversation.runs.active().exists():
                 raise Conflict(MSG_CONVERSATION_BUSY, code="conversation_busy")
-        return Run.objects.create(conversation=conversation, user=user, engine=project.engine, prompt=text)
+        return Run.objects.create(
+            conversation=conversation,
+            user=user,
+            engine=project.engine,
+            prompt=text,
+            workdir=str(workspace_path(project)),
+        )
 
 
 def _discard_run(run_id: int) -> None:

@@ -1,0 +1,400 @@
+"""Tool approvals: Claude asks to use a tool, a person allows it once, always, or denies it.
+
+One store for both engines. The CLI engine's ``approve`` MCP tool (``--permission-prompt-tool``)
+reaches it through relay-permission and poll-decision; the SDK engine's ``can_use_tool`` calls
+it directly. Either way the request becomes a ``permission_request`` card, a member decides
+through submit-decision, and the waiting side gets the permission result the CLI expects:
+``{"behavior": "allow", "updatedInput", "updatedPermissions"?}`` or ``{"behavior": "deny",
+"message"}``. A request nobody decides in time, or whose run ends, is denied with a sentence
+Claude can act on.
+
+AskUserQuestion reaches the prompt tool too: it becomes a question card (``services``) and its
+answers go back as ``updatedInput.answers``, so the CLI engine gets the same multi-question
+forms as the SDK engine.
+
+The result is rebuilt from the stored decision every time it is asked for, so a poll that is
+retried (a dropped connection) gets the same answer; Redis only wakes the waiting side.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from core import events
+from core.errors import Conflict, Gone, Invalid, NotFound
+from core.questions import Handoff, questions_from_tool_input
+from mcp_server.answers import CANCELLED, SUPERSEDED, TIMED_OUT
+from promptmgr.models import ACTIVE_RUN_STATUSES, PermissionRule, Project, Run, RunStatus
+from promptmgr.services import run_state
+
+from . import live, previews, services
+from .models import Decision, PermissionRequest, PermissionStatus, Question, QuestionSource
+
+logger = logging.getLogger(__name__)
+
+ASK_USER_QUESTION = "AskUserQuestion"
+# Tool inputs larger than this travel to the browser as their preview only.
+MAX_EVENT_INPUT_CHARS = 50_000
+
+MSG_NOT_FOUND = "No such permission request."
+MSG_ALREADY_DECIDED = "This request was already decided."
+MSG_EXPIRED = "This request has expired; Claude was told it was denied."
+MSG_CANCELLED = "This request was cancelled because the run ended."
+MSG_NO_RULE = "There is no safe rule to always allow this tool call; allow it once instead."
+
+DENIED = (
+    "The user denied this {tool} call. Do not retry it; carry on without it or ask the user how to proceed."
+)
+DENIED_WITH = "The user denied this {tool} call: {message}"
+DENIED_TIMEOUT = (
+    "Nobody approved this {tool} call within {seconds} seconds, so it was not run. "
+    "Do not retry it; carry on without it or ask the user how to proceed."
+)
+DENIED_RUN_ENDED = "The run is ending, so this {tool} call was not run. Do not retry it."
+QUESTION_NOT_ANSWERED = "Could not ask the user ({reason}). Proceed with your best judgment."
+
+
+@dataclass(frozen=True)
+class DecisionPoll:
+    status: str  # waiting | decided
+    result: dict[str, Any] | None = None
+
+
+def _rule_update(rule: str) -> dict[str, Any]:
+    """``Bash(npm test:*)`` as the CLI's permission update for the running turn."""
+    name, _, content = rule.partition("(")
+    entry: dict[str, Any] = {"toolName": name}
+    if content:
+        entry["ruleContent"] = content[:-1] if content.endswith(")") else content
+    return {"type": "addRules", "rules": [entry], "behavior": "allow", "destination": "session"}
+
+
+def result_for(request: PermissionRequest, timeout: int) -> dict[str, Any] | None:
+    """The permission result for a request that is over; None while it is pending."""
+    if request.status == PermissionStatus.ALLOWED:
+        result: dict[str, Any] = {"behavior": "allow", "updatedInput": request.tool_input}
+        if request.decision == Decision.ALWAYS and request.rule:
+            result["updatedPermissions"] = [_rule_update(request.rule)]
+        return result
+    if request.status == PermissionStatus.DENIED:
+        return {"behavior": "deny", "message": request.message}
+    if request.status == PermissionStatus.EXPIRED:
+        return {"behavior": "deny", "message": DENIED_TIMEOUT.format(tool=request.tool_name, seconds=timeout)}
+    if request.status == PermissionStatus.CANCELLED:
+        return {"behavior": "deny", "message": DENIED_RUN_ENDED.format(tool=request.tool_name)}
+    return None
+
+
+def answered_input(tool_input: dict[str, Any], answer: Handoff) -> dict[str, Any] | None:
+    """AskUserQuestion's input with the user's answers, or None when the hand-off holds none.
+
+    The card's notes go in ``annotations`` under the first question, which the CLI
+    appends to that answer ("… notes: …").
+    """
+    answers = {question: text for question, text in answer.answers.items() if text}
+    if not answers:
+        return None
+    updated = {**tool_input, "answers": answers}
+    if answer.notes:
+        first = str(tool_input["questions"][0]["question"])
+        updated["annotations"] = {first: {"notes": answer.notes}}
+    return updated
+
+
+# --- Asking -------------------------------------------------------------------------------
+
+
+def _event_input(tool_input: dict[str, Any]) -> dict[str, Any]:
+    return tool_input if len(repr(tool_input)) <= MAX_EVENT_INPUT_CHARS else {}
+
+
+def _create(
+    run_id: int, source: str, tool_name: str, tool_input: dict[str, Any], tool_use_id: str
+) -> tuple[PermissionRequest, int]:
+    with transaction.atomic():
+        run = Run.objects.select_for_update().select_related("conversation__project").get(pk=run_id)
+        if run.status not in ACTIVE_RUN_STATUSES:
+            raise Gone(services.MSG_RUN_FINISHED, code="run_finished")
+        timeout = int(run.conversation.project.ask_user_timeout)
+        root = Path(run.workdir) if run.workdir else None
+        request = PermissionRequest.objects.create(
+            run=run,
+            source=source,
+            tool_name=tool_name,
+            tool_use_id=tool_use_id,
+            tool_input=tool_input,
+            preview=previews.preview(tool_name, tool_input, root),
+            suggested_rule=previews.suggested_rule(tool_name, tool_input, root) or "",
+            expires_at=timezone.now() + timedelta(seconds=timeout),
+        )
+        run_state.run_wait_for_user(run_id)
+    return request, timeout
+
+
+def _card(request: PermissionRequest, timeout: int) -> dict[str, Any]:
+    return {
+        "request_id": str(request.request_id),
+        "kind": "permission",
+        "source": request.source,
+        "tool_name": request.tool_name,
+        "tool_use_id": request.tool_use_id,
+        "input": _event_input(request.tool_input),
+        "preview": request.preview,
+        "suggested_rule": request.suggested_rule or None,
+        "expires_at": request.expires_at.isoformat(),
+        "timeout": timeout,
+    }
+
+
+async def permission_request_create(
+    *, run_id: int, source: QuestionSource, tool_name: str, tool_input: dict[str, Any], tool_use_id: str
+) -> dict[str, Any]:
+    """Show the card for a tool call and mark the run waiting: ``{request_id, kind, expires_at, timeout}``.
+
+    AskUserQuestion becomes a question card instead (``kind`` "question"); its request id
+    is the question's id, and ``permission_wait`` answers both kinds alike.
+    """
+    if tool_name == ASK_USER_QUESTION:
+        try:
+            specs = questions_from_tool_input(tool_input)
+        except ValueError as exc:
+            raise Invalid(str(exc), code="invalid_questions") from None
+        card = await services.question_create(run_id=run_id, source=source, questions=specs)
+        return {
+            "request_id": card["question_id"],
+            "kind": "question",
+            "expires_at": card["expires_at"],
+            "timeout": card["timeout"],
+        }
+    request, timeout = await sync_to_async(_create)(run_id, source, tool_name, tool_input, tool_use_id)
+    request_id = str(request.request_id)
+    await live.permission_pending_add(run_id, request_id, ttl=timeout + live.QUESTION_TTL_GRACE)
+    await events.append_events(
+        run_id,
+        [
+            ("permission_request", _card(request, timeout)),
+            ("run_status", {"status": RunStatus.WAITING_FOR_USER}),
+        ],
+    )
+    return {
+        "request_id": request_id,
+        "kind": "permission",
+        "expires_at": request.expires_at,
+        "timeout": timeout,
+    }
+
+
+# --- Waiting ------------------------------------------------------------------------------
+
+
+def _timeout_of(run_id: int) -> int:
+    return int(
+        Run.objects.select_related("conversation__project")
+        .get(pk=run_id)
+        .conversation.project.ask_user_timeout
+    )
+
+
+def _load_for_run(run_id: int, request_id: str) -> PermissionRequest | None:
+    return PermissionRequest.objects.filter(request_id=request_id, run_id=run_id).first()
+
+
+def _question_result(question: Question, poll: services.PollResult, timeout: int) -> dict[str, Any] | None:
+    """AskUserQuestion through the prompt tool: the answers as its updated input, or a deny."""
+    tool_input = {"questions": question.questions}
+    if poll.status == "answered" and poll.answer is not None:
+        updated = answered_input(tool_input, poll.answer)
+        if updated is not None:
+            return {"behavior": "allow", "updatedInput": updated}
+        return {"behavior": "deny", "message": QUESTION_NOT_ANSWERED.format(reason="the answer was empty")}
+    messages = {
+        "expired": TIMED_OUT.format(seconds=timeout),
+        "cancelled": CANCELLED,
+        "superseded": SUPERSEDED,
+        "consumed": QUESTION_NOT_ANSWERED.format(reason="the answer was collected by an earlier request"),
+    }
+    if poll.status in messages:
+        return {"behavior": "deny", "message": messages[poll.status]}
+    return None
+
+
+async def permission_wait(*, run_id: int, request_id: str, wait_seconds: float) -> DecisionPoll:
+    """The long-poll of the waiting side: the permission result once there is one."""
+    request = await sync_to_async(_load_for_run)(run_id, request_id)
+    if request is None:
+        question = await Question.objects.filter(question_id=request_id, run_id=run_id).afirst()
+        if question is None:
+            raise NotFound(MSG_NOT_FOUND)
+        timeout = await sync_to_async(_timeout_of)(run_id)
+        poll = await services.answer_wait(run_id=run_id, question_id=request_id, wait_seconds=wait_seconds)
+        result = _question_result(question, poll, timeout)
+        return DecisionPoll("decided", result) if result is not None else DecisionPoll("waiting")
+    timeout = await sync_to_async(_timeout_of)(run_id)
+    result = result_for(request, timeout)
+    if result is not None:
+        return DecisionPoll("decided", result)
+    remaining = (request.expires_at - timezone.now()).total_seconds()
+    if remaining > 0:
+        await live.answer_pop(request_id, wait_seconds=max(0.0, min(wait_seconds, remaining)))
+        request = await sync_to_async(_load_for_run)(run_id, request_id)
+        assert request is not None
+        result = result_for(request, timeout)
+        if result is not None:
+            return DecisionPoll("decided", result)
+    if request.expires_at <= timezone.now():
+        await permission_close(request_id=request_id, status=PermissionStatus.EXPIRED)
+        request = await sync_to_async(_load_for_run)(run_id, request_id)
+        assert request is not None
+        return DecisionPoll("decided", result_for(request, timeout))
+    return DecisionPoll("waiting")
+
+
+# --- Deciding -----------------------------------------------------------------------------
+
+
+def _load_for_user(request_id: str, user: Any) -> PermissionRequest:
+    request = (
+        PermissionRequest.objects.select_related("run__conversation__project")
+        .filter(request_id=request_id, run__conversation__project__in=Project.objects.visible_to(user))
+        .first()
+    )
+    if request is None:
+        raise NotFound(MSG_NOT_FOUND)
+    return request
+
+
+def _check_open(request: PermissionRequest) -> None:
+    if request.status in (PermissionStatus.ALLOWED, PermissionStatus.DENIED):
+        raise Conflict(MSG_ALREADY_DECIDED, code="already_decided")
+    if request.status == PermissionStatus.CANCELLED:
+        raise Gone(MSG_CANCELLED, code="cancelled")
+    if request.status == PermissionStatus.EXPIRED or request.expires_at <= timezone.now():
+        raise Gone(MSG_EXPIRED, code="expired")
+
+
+def _add_rule(project: Project, rule: str, user: Any) -> None:
+    try:
+        with transaction.atomic():
+            PermissionRule.objects.create(project=project, rule=rule, added_by=user)
+    except IntegrityError:
+        pass  # a teammate always-allowed the same call first
+
+
+def _decide(request_id: str, user: Any, decision: str, message: str) -> PermissionRequest:
+    request = _load_for_user(request_id, user)
+    _check_open(request)
+    if decision == Decision.ALWAYS and not request.suggested_rule:
+        raise Invalid(MSG_NO_RULE, code="no_rule")
+    allowed = decision in (Decision.ALLOW, Decision.ALWAYS)
+    tool = request.tool_name
+    told = DENIED_WITH.format(tool=tool, message=message) if message else DENIED.format(tool=tool)
+    with transaction.atomic():
+        updated = PermissionRequest.objects.filter(
+            pk=request.pk, status=PermissionStatus.PENDING, expires_at__gt=timezone.now()
+        ).update(
+            status=PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED,
+            decision=decision,
+            rule=request.suggested_rule if decision == Decision.ALWAYS else "",
+            message="" if allowed else told,
+            decided_by=user,
+            decided_at=timezone.now(),
+        )
+        request.refresh_from_db()
+        if not updated:
+            _check_open(request)  # somebody else got there first: 409 or 410
+            raise Conflict(MSG_ALREADY_DECIDED, code="already_decided")
+        if decision == Decision.ALWAYS:
+            _add_rule(request.run.conversation.project, request.rule, user)
+        services.resume_if_idle(request.run_id)
+    return request
+
+
+async def permission_decide(
+    *, request_id: str, user: Any, decision: str, message: str = ""
+) -> dict[str, Any]:
+    """Record the first decision and wake the waiting Claude turn."""
+    request = await sync_to_async(_decide)(request_id, user, decision, message.strip())
+    remaining = max(1, int((request.expires_at - timezone.now()).total_seconds()))
+    await live.answer_wake(request_id, ttl=remaining + live.QUESTION_TTL_GRACE)
+    await live.permission_pending_remove(request.run_id, request_id)
+    decided_at = request.decided_at or timezone.now()
+    event = {
+        "request_id": request_id,
+        "decision": request.decision,
+        "by": getattr(user, "username", ""),
+        "rule": request.rule or None,
+        "message": message.strip(),
+        "decided_at": decided_at.isoformat(),
+    }
+    await events.append_events(
+        request.run_id, [("permission_decided", event), ("run_status", {"status": RunStatus.RUNNING})]
+    )
+    return {
+        "request_id": request_id,
+        "decision": request.decision,
+        "rule": request.rule or None,
+        "decided_at": decided_at,
+    }
+
+
+# --- Closing ------------------------------------------------------------------------------
+
+
+def _close(request_id: str, status: str) -> PermissionRequest | None:
+    with transaction.atomic():
+        if not PermissionRequest.objects.filter(
+            request_id=request_id, status=PermissionStatus.PENDING
+        ).update(status=status):
+            return None
+        request = PermissionRequest.objects.get(request_id=request_id)
+        # A request cancelled because its run ends leaves the run's state to its ending.
+        if status != PermissionStatus.CANCELLED:
+            services.resume_if_idle(request.run_id)
+    return request
+
+
+async def permission_close(*, request_id: str, status: str) -> bool:
+    """Expire (or cancel) a pending request: the card turns neutral, Claude is told no."""
+    request = await sync_to_async(_close)(request_id, status)
+    if request is None:
+        return False
+    await live.answer_wake(request_id, ttl=live.QUESTION_TTL_GRACE)
+    await live.permission_pending_remove(request.run_id, request_id)
+    reason = "cancelled" if status == PermissionStatus.CANCELLED else "timeout"
+    closing: list[tuple[str, dict[str, Any]]] = [
+        ("permission_expired", {"request_id": request_id, "reason": reason})
+    ]
+    if status != PermissionStatus.CANCELLED:
+        closing.append(("run_status", {"status": RunStatus.RUNNING}))
+    await events.append_events(request.run_id, closing)
+    return True
+
+
+def _pending_ids(run_id: int) -> list[str]:
+    return [
+        str(r)
+        for r in PermissionRequest.objects.filter(run_id=run_id)
+        .pending()
+        .values_list("request_id", flat=True)
+    ]
+
+
+async def permissions_close_for_run(*, run_id: int) -> None:
+    """The run ended: requests still open are cancelled and their cards closed."""
+    for request_id in await sync_to_async(_pending_ids)(run_id):
+        await permission_close(request_id=request_id, status=PermissionStatus.CANCELLED)
+
+
+def permissions_cancel_for_dead_run(run_id: int) -> int:
+    """A run whose worker died: its open requests are cancelled (sync, for the sweep)."""
+    return PermissionRequest.objects.filter(run_id=run_id, status=PermissionStatus.PENDING).update(
+        status=PermissionStatus.CANCELLED
+    )

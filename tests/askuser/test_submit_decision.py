@@ -1,0 +1,365 @@
+"""Tool approvals through the store and submit-decision: who may decide, what Claude is told.
+
+The waiting side is ``approvals.permission_wait`` itself (what poll-decision and the SDK
+engine call), with the real database and Redis; no CLI runs here (see test_approvals_e2e).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.test import AsyncClient
+from django.utils import timezone
+
+from askuser import approvals
+from askuser.models import PermissionRequest, QuestionSource
+from core import events
+from promptmgr.models import PermissionRule, Run, RunStatus
+from promptmgr.workspaces import workspace_path
+from tests.helpers import make_project, make_run
+
+pytestmark = pytest.mark.unit
+
+BASH = {"command": "npm test", "description": "Run the tests"}
+
+
+async def ask(run: Run, tool_name: str = "Bash", tool_input: dict[str, Any] | None = None) -> str:
+    created = await approvals.permission_request_create(
+        run_id=run.pk,
+        source=QuestionSource.MCP,
+        tool_name=tool_name,
+        tool_input=tool_input if tool_input is not None else BASH,
+        tool_use_id="toolu_1",
+    )
+    return str(created["request_id"])
+
+
+async def signed_in(user: Any) -> AsyncClient:
+    client = AsyncClient()
+    await client.aforce_login(user)
+    return client
+
+
+async def decide(client: AsyncClient, request_id: str, decision: str, **extra: Any) -> Any:
+    return await client.post(
+        "/api/askuser/submit-decision",
+        {"request_id": request_id, "decision": decision, **extra},
+        content_type="application/json",
+    )
+
+
+async def result_of(run: Run, request_id: str) -> dict[str, Any] | None:
+    poll = await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.5)
+    return poll.result
+
+
+async def new_run(owner: Any) -> Run:
+    project = await sync_to_async(make_project)(owner=owner)
+    run: Run = await sync_to_async(make_run)(owner=owner, project=project)
+    return run
+
+
+@pytest.mark.asyncio
+async def test_a_tool_call_becomes_a_card_and_the_run_waits_for_a_person(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = await new_run(alice)
+
+    request_id = await ask(run)
+
+    [card] = [e.data for e in await events.read_events(run.pk, 0) if e.event == "permission_request"]
+    assert card["request_id"] == request_id
+    assert card["tool_name"] == "Bash" and card["tool_use_id"] == "toolu_1"
+    assert card["preview"] == {"type": "bash", "command": "npm test", "description": "Run the tests"}
+    assert card["suggested_rule"] == "Bash(npm test:*)"
+    assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.WAITING_FOR_USER
+    assert (
+        await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.2)
+    ).status == "waiting"
+
+
+@pytest.mark.asyncio
+async def test_allow_once_hands_back_the_input_unchanged_and_claude_works_again(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = await new_run(alice)
+    request_id = await ask(run)
+
+    response = await decide(await signed_in(alice), request_id, "allow")
+
+    assert response.status_code == 200, response.content
+    assert response.json()["decision"] == "allow" and response.json()["rule"] is None
+    assert await result_of(run, request_id) == {"behavior": "allow", "updatedInput": BASH}
+    assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
+    [decided] = [e.data for e in await events.read_events(run.pk, 0) if e.event == "permission_decided"]
+    assert (decided["decision"], decided["by"]) == ("allow", "alice")
+
+
+@pytest.mark.asyncio
+async def test_a_deny_carries_the_users_message_to_claude(transactional_db: Any, alice: Any) -> None:
+    run = await new_run(alice)
+    request_id = await ask(run)
+
+    await decide(await signed_in(alice), request_id, "deny", message="Use make check instead.")
+
+    assert await result_of(run, request_id) == {
+        "behavior": "deny",
+        "message": approvals.DENIED_WITH.format(tool="Bash", message="Use make check instead."),
+    }
+
+
+@pytest.mark.asyncio
+async def test_a_deny_without_a_message_still_tells_claude_why(transactional_db: Any, alice: Any) -> None:
+    run = await new_run(alice)
+    request_id = await ask(run)
+
+    await decide(await signed_in(alice), request_id, "deny")
+
+    assert await result_of(run, request_id) == {
+        "behavior": "deny",
+        "message": approvals.DENIED.format(tool="Bash"),
+    }
+
+
+@pytest.mark.asyncio
+async def test_always_allow_stores_the_rule_writes_the_workspace_and_applies_it_to_the_turn(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = await new_run(alice)
+    request_id = await ask(run)
+
+    response = await decide(await signed_in(alice), request_id, "always")
+
+    assert response.json()["rule"] == "Bash(npm test:*)"
+    assert await result_of(run, request_id) == {
+        "behavior": "allow",
+        "updatedInput": BASH,
+        "updatedPermissions": [
+            {
+                "type": "addRules",
+                "rules": [{"toolName": "Bash", "ruleContent": "npm test:*"}],
+                "behavior": "allow",
+                "destination": "session",
+            }
+        ],
+    }
+    rule = await PermissionRule.objects.select_related("added_by").aget()
+    assert (rule.rule, rule.added_by) == ("Bash(npm test:*)", alice)
+    project = await sync_to_async(lambda: run.conversation.project)()
+    settings_file = workspace_path(project) / ".claude" / "settings.local.json"
+    assert "Bash(npm test:*)" in json.loads(settings_file.read_text())["permissions"]["allow"]
+
+
+@pytest.mark.asyncio
+async def test_removing_a_rule_takes_it_out_of_the_workspace_and_keeps_the_users_own(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = await new_run(alice)
+    project = await sync_to_async(lambda: run.conversation.project)()
+    settings_file = workspace_path(project) / ".claude" / "settings.local.json"
+    mine = json.loads(settings_file.read_text())
+    mine["permissions"]["allow"].append("Bash(make:*)")
+    settings_file.write_text(json.dumps(mine))
+    await decide(await signed_in(alice), await ask(run), "always")
+
+    await PermissionRule.objects.filter(project=project).adelete()
+
+    allow = json.loads(settings_file.read_text())["permissions"]["allow"]
+    assert "Bash(npm test:*)" not in allow
+    assert "Bash(make:*)" in allow
+
+
+@pytest.mark.asyncio
+async def test_always_is_refused_when_there_is_no_safe_rule(transactional_db: Any, alice: Any) -> None:
+    run = await new_run(alice)
+    request_id = await ask(run, "Write", {"file_path": "/etc/passwd", "content": "x"})
+
+    response = await decide(await signed_in(alice), request_id, "always")
+
+    assert response.status_code == 422
+    assert response.json() == {"detail": approvals.MSG_NO_RULE, "code": "no_rule"}
+    assert await PermissionRequest.objects.filter(request_id=request_id, status="pending").aexists()
+
+
+@pytest.mark.asyncio
+async def test_another_users_decision_is_404_and_changes_nothing(
+    transactional_db: Any, alice: Any, bob: Any
+) -> None:
+    run = await new_run(alice)
+    request_id = await ask(run)
+
+    response = await decide(await signed_in(bob), request_id, "allow")
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": approvals.MSG_NOT_FOUND, "code": "not_found"}
+    assert (
+        await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.1)
+    ).status == "waiting"
+
+
+@pytest.mark.asyncio
+async def test_a_member_may_decide(transactional_db: Any, alice: Any, bob: Any) -> None:
+    project = await sync_to_async(make_project)(owner=alice, members=(bob,))
+    run = await sync_to_async(make_run)(owner=alice, project=project)
+    request_id = await ask(run)
+
+    response = await decide(await signed_in(bob), request_id, "allow")
+
+    assert response.status_code == 200
+
+
+@pytest.mark.asyncio
+async def test_a_second_decision_is_409_and_the_first_stands(transactional_db: Any, alice: Any) -> None:
+    run = await new_run(alice)
+    request_id = await ask(run)
+    client = await signed_in(alice)
+    await decide(client, request_id, "allow")
+
+    second = await decide(client, request_id, "deny", message="no")
+
+    assert second.status_code == 409
+    assert second.json()["code"] == "already_decided"
+    assert (await result_of(run, request_id) or {})["behavior"] == "allow"
+
+
+@pytest.mark.asyncio
+async def test_after_expiry_a_decision_is_410_and_claude_is_told_it_was_not_run(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = await new_run(alice)
+    request_id = await ask(run)
+    await PermissionRequest.objects.filter(request_id=request_id).aupdate(
+        expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    response = await decide(await signed_in(alice), request_id, "allow")
+
+    assert response.status_code == 410
+    assert response.json()["code"] == "expired"
+    result = await result_of(run, request_id)
+    assert result == {
+        "behavior": "deny",
+        "message": approvals.DENIED_TIMEOUT.format(tool="Bash", seconds=300),
+    }
+    assert [e.data for e in await events.read_events(run.pk, 0) if e.event == "permission_expired"] == [
+        {"request_id": request_id, "reason": "timeout"}
+    ]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"decision": "allow"},
+        {"request_id": "not-a-uuid", "decision": "allow"},
+        {"request_id": "00000000-0000-0000-0000-000000000000", "decision": "maybe"},
+        {"request_id": "00000000-0000-0000-0000-000000000000", "decision": "deny", "message": "x" * 2001},
+    ],
+    ids=["no-id", "bad-id", "bad-decision", "long-message"],
+)
+@pytest.mark.asyncio
+async def test_a_bad_body_is_422(transactional_db: Any, alice: Any, body: dict[str, Any]) -> None:
+    client = await signed_in(alice)
+    response = await client.post("/api/askuser/submit-decision", body, content_type="application/json")
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid"
+
+
+@pytest.mark.asyncio
+async def test_a_browser_post_without_the_csrf_token_is_refused(transactional_db: Any, alice: Any) -> None:
+    run = await new_run(alice)
+    request_id = await ask(run)
+    client = AsyncClient(enforce_csrf_checks=True)
+    await client.aforce_login(alice)
+
+    response = await decide(client, request_id, "allow")
+
+    assert response.status_code == 403
+    assert await PermissionRequest.objects.filter(request_id=request_id, status="pending").aexists()
+
+
+@pytest.mark.asyncio
+async def test_the_runs_end_cancels_open_requests_and_claude_is_told_no(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = await new_run(alice)
+    first, second = await ask(run), await ask(run, "WebFetch", {"url": "https://example.com"})
+
+    await approvals.permissions_close_for_run(run_id=run.pk)
+
+    for request_id, tool in ((first, "Bash"), (second, "WebFetch")):
+        assert await result_of(run, request_id) == {
+            "behavior": "deny",
+            "message": approvals.DENIED_RUN_ENDED.format(tool=tool),
+        }
+    response = await decide(await signed_in(alice), first, "allow")
+    assert response.status_code == 410 and response.json()["code"] == "cancelled"
+
+
+@pytest.mark.asyncio
+async def test_parallel_requests_are_decided_each_on_its_own(transactional_db: Any, alice: Any) -> None:
+    run = await new_run(alice)
+    first, second = await ask(run), await ask(run, tool_input={"command": "make lint"})
+    client = await signed_in(alice)
+
+    await decide(client, second, "deny", message="not now")
+    assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.WAITING_FOR_USER
+    await decide(client, first, "allow")
+
+    assert (await result_of(run, first) or {})["behavior"] == "allow"
+    assert (await result_of(run, second) or {})["behavior"] == "deny"
+    assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
+
+
+@pytest.mark.asyncio
+async def test_a_retried_poll_gets_the_same_result(transactional_db: Any, alice: Any) -> None:
+    run = await new_run(alice)
+    request_id = await ask(run)
+    await decide(await signed_in(alice), request_id, "allow")
+
+    assert await result_of(run, request_id) == await result_of(run, request_id)
+
+
+@pytest.mark.asyncio
+async def test_ask_user_question_through_the_prompt_tool_is_answered_as_updated_input(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = await new_run(alice)
+    questions = [
+        {
+            "question": "Which database?",
+            "header": "DB",
+            "options": [{"label": "Postgres"}, {"label": "SQLite"}],
+        },
+        {
+            "question": "Which extras?",
+            "options": [{"label": "Cache"}, {"label": "Search"}],
+            "multiSelect": True,
+        },
+    ]
+    request_id = await ask(run, "AskUserQuestion", {"questions": questions})
+    [card] = [e.data for e in await events.read_events(run.pk, 0) if e.event == "ask_user_question"]
+    assert card["question_id"] == request_id and len(card["questions"]) == 2
+
+    client = await signed_in(alice)
+    answers = {"Which database?": "Postgres", "Which extras?": {"selected": [0, 1]}}
+    response = await client.post(
+        "/api/askuser/submit-answer",
+        {"question_id": request_id, "answers": answers},
+        content_type="application/json",
+    )
+    assert response.status_code == 200, response.content
+
+    result = await result_of(run, request_id)
+    assert result is not None and result["behavior"] == "allow"
+    assert result["updatedInput"]["answers"] == {
+        "Which database?": "Postgres",
+        "Which extras?": "Cache, Search",
+    }
+    assert [q["question"] for q in result["updatedInput"]["questions"]] == [
+        "Which database?",
+        "Which extras?",
+    ]
