@@ -1,11 +1,11 @@
-"""Admin: the questions Claude asked and the answers users gave, read-only."""
+"""Admin: the questions Claude asked, the tool calls it asked to make, and what people decided; read-only."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest
 
-from askuser.models import Question
+from askuser.models import PermissionRequest, Question
 
 
 @admin.register(Question)
@@ -20,6 +20,23 @@ class QuestionAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Question | None = None) -> list[str]:
         return [field.name for field in Question._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(PermissionRequest)
+class PermissionRequestAdmin(admin.ModelAdmin):
+    """Every tool approval: the call, who decided what and when, the rule it added."""
+
+    list_display = ["tool_name", "run", "status", "decision", "decided_by", "rule", "created_at"]
+    list_select_related = ["run", "decided_by"]
+    list_filter = ["status", "decision", "source"]
+    search_fields = ["request_id", "tool_name", "rule", "decided_by__username"]
+    date_hierarchy = "created_at"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: PermissionRequest | None = None) -> list[str]:
+        return [field.name for field in PermissionRequest._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -9,7 +9,7 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.http import HttpRequest
 
-from promptmgr.models import Conversation, Project, Run, RunEvent
+from promptmgr.models import Conversation, PermissionRule, Project, Run, RunEvent
 from promptmgr.services.projects import project_check_engine_mode
 from promptmgr.workspaces import workspace_sync
 
@@ -26,6 +26,18 @@ class ProjectAdminForm(forms.ModelForm):
         except ValidationError as exc:
             self.add_error(None, exc)
         return cleaned
+
+
+class PermissionRuleInline(admin.TabularInline):
+    """The project's "Always allow" rules: who added each and when; removable, not editable."""
+
+    model = PermissionRule
+    extra = 0
+    fields = ["rule", "added_by", "created_at"]
+    readonly_fields = ["rule", "added_by", "created_at"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Project)
@@ -49,6 +61,7 @@ class ProjectAdmin(admin.ModelAdmin):
     filter_horizontal = ["members"]
     raw_id_fields = ["owner"]
     readonly_fields = ["created_at", "updated_at"]
+    inlines = [PermissionRuleInline]
     fieldsets = [
         (None, {"fields": ["name", "owner", "members", "context"]}),
         ("Claude", {"fields": ["engine", "permission_mode", "model"]}),

@@ -22,8 +22,13 @@ from ninja import Field, Router, Schema, Status
 from pydantic import field_validator
 
 from core.schemas import ErrorOut
-from promptmgr.models import Project
-from promptmgr.services.projects import project_create, project_for_user, project_update
+from promptmgr.models import PermissionRule, Project
+from promptmgr.services.projects import (
+    permission_rule_delete,
+    project_create,
+    project_for_user,
+    project_update,
+)
 
 router = Router()
 
@@ -119,3 +124,35 @@ def get_project(request: HttpRequest, project_id: int) -> Any:
 def patch_project(request: HttpRequest, project_id: int, payload: ProjectPatch) -> Any:
     project = project_for_user(user=request.user, project_id=project_id)
     return project_update(project=project, actor=request.user, **payload.model_dump(exclude_unset=True))
+
+
+class RuleOut(Schema):
+    id: int
+    rule: str
+    added_by: str | None
+    created_at: datetime
+
+    @staticmethod
+    def resolve_added_by(obj: PermissionRule) -> str | None:
+        return obj.added_by.username if obj.added_by is not None else None
+
+
+@router.get(
+    "/{project_id}/rules",
+    response={200: list[RuleOut], 401: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    summary="The project's always-allow rules",
+)
+def list_rules(request: HttpRequest, project_id: int) -> Any:
+    project = project_for_user(user=request.user, project_id=project_id)
+    return project.permission_rules.select_related("added_by")
+
+
+@router.delete(
+    "/{project_id}/rules/{rule_id}",
+    response={204: None, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    summary="Remove an always-allow rule (owner only)",
+)
+def delete_rule(request: HttpRequest, project_id: int, rule_id: int) -> Status[None]:
+    project = project_for_user(user=request.user, project_id=project_id)
+    permission_rule_delete(project=project, actor=request.user, rule_id=rule_id)
+    return Status(204, None)

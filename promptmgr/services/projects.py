@@ -20,6 +20,7 @@ from promptmgr.models import (
     ASK_USER_TIMEOUT_MIN,
     Engine,
     PermissionMode,
+    PermissionRule,
     Project,
 )
 from promptmgr.workspaces import workspace_sync
@@ -36,6 +37,8 @@ SDK_BYPASS_REFUSED = (
     "mode or the CLI engine."
 )
 PROJECT_NOT_FOUND = "Project not found."
+RULE_NOT_FOUND = "No such rule in this project."
+RULES_OWNER_ONLY = "Only the project's owner can remove an always-allow rule."
 BYPASS_STAFF_ONLY = (
     "Only staff can choose bypassPermissions: in that mode Claude runs any command on the "
     "server without asking. Ask an administrator, or choose another permission mode."
@@ -172,3 +175,13 @@ def project_for_user(*, user: Any, project_id: int) -> Project:
         return Project.objects.visible_to(user).select_related("owner").get(pk=project_id)
     except Project.DoesNotExist:
         raise ProjectNotFound(PROJECT_NOT_FOUND) from None
+
+
+def permission_rule_delete(*, project: Project, actor: Any, rule_id: int) -> None:
+    """The owner removes an "Always allow" rule; the workspaces follow (``signals``)."""
+    rule = PermissionRule.objects.filter(project=project, pk=rule_id).first()
+    if rule is None:
+        raise NotFound(RULE_NOT_FOUND, code="rule_not_found")
+    if project.owner_id != actor.pk:
+        raise Forbidden(RULES_OWNER_ONLY, code="owner_only")
+    rule.delete()

@@ -104,6 +104,15 @@ def test_list_refuses_sdk_with_bypass_permissions(admin_client: Client, alice: A
     assert (project.engine, project.permission_mode) == ("cli", "acceptEdits")
 
 
+# The always-allow rules inline's management form, with no rows.
+RULES_INLINE_EMPTY = {
+    "permission_rules-TOTAL_FORMS": "0",
+    "permission_rules-INITIAL_FORMS": "0",
+    "permission_rules-MIN_NUM_FORMS": "0",
+    "permission_rules-MAX_NUM_FORMS": "1000",
+}
+
+
 def test_change_form_save_regenerates_claude_md(admin_client: Client, alice: Any) -> None:
     project = make_project(owner=alice, context="old")
 
@@ -118,6 +127,7 @@ def test_change_form_save_regenerates_claude_md(admin_client: Client, alice: Any
             "model": "",
             "ask_user_enabled": "on",
             "ask_user_timeout": "120",
+            **RULES_INLINE_EMPTY,
         },
     )
 
@@ -131,6 +141,7 @@ def test_change_form_save_regenerates_claude_md(admin_client: Client, alice: Any
         "/admin/promptmgr/conversation/",
         "/admin/promptmgr/run/",
         "/admin/askuser/question/",
+        "/admin/askuser/permissionrequest/",
     ],
 )
 def test_other_admin_lists_load(admin_client: Client, path: str) -> None:
