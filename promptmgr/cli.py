@@ -109,6 +109,9 @@ def child_env(*, ask_user_config: Path | None, ask_user_timeout: int | None) -> 
         # By default the CLI defers MCP tools behind ToolSearch, so the model would not see
         # ask_user in its prompt at all; load its schema up front instead.
         env["ENABLE_TOOL_SEARCH"] = "false"
+        # By default the turn starts while MCP servers still connect; under load ask-user was
+        # then "pending" and Claude could neither ask nor get approvals (tests/harness/test_mcp_startup.py).
+        env["MCP_CONNECTION_NONBLOCKING"] = "false"
         if ask_user_timeout is not None:
             # The CLI must never give up on the tool before our own timeout does.
             env["MCP_TOOL_TIMEOUT"] = str((ask_user_timeout + 120) * 1000)
