@@ -1,4 +1,4 @@
-"""Entry point: ``python -m mcp_server`` serves the ask-user tool over stdio."""
+"""Entry point: ``python -m mcp_server`` serves the ask-user tools over stdio."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The text Claude reads back from ``ask_user``: answers and the error sentences.
+"""The text Claude reads back from ``ask_user`` and ``approve``: answers and the error sentences.
 
 Pure functions and constants only, so the exact wording is unit-tested and shared by tests.
 """
@@ -26,6 +26,37 @@ UNREACHABLE = "Could not reach PromptManager to ask the user ({reason}). Proceed
 REJECTED = "PromptManager rejected the question ({detail}). Fix the arguments and call ask_user again."
 INVALID_ARGUMENTS = "ask_user was called with {problem}. Fix the arguments and call ask_user again."
 NOT_CONFIGURED = "ask_user is not configured: {reason}"
+
+# The deny messages ``approve`` writes itself (the server's own decisions pass through untouched).
+# The CLI hands the message to Claude as the denied tool's error.
+APPROVAL_NO_BLIND_RETRY = (
+    "Do not retry the same call unchanged: carry on without it if you can, or end your turn and "
+    "tell the user what you wanted to do and why."
+)
+APPROVAL_UNREACHABLE = (
+    "The {tool_name} call was denied because PromptManager could not ask the user for permission "
+    "({reason}). " + APPROVAL_NO_BLIND_RETRY
+)
+APPROVAL_MALFORMED = (
+    "The {tool_name} call was denied because PromptManager sent an invalid permission decision "
+    "({problem}). " + APPROVAL_NO_BLIND_RETRY
+)
+APPROVAL_NOT_CONFIGURED = (
+    "The {tool_name} call was denied because the approve tool is not configured ({reason}). "
+    + APPROVAL_NO_BLIND_RETRY
+)
+APPROVAL_REJECTED = (
+    "The {tool_name} call was denied because PromptManager refused the permission request "
+    "({detail}). " + APPROVAL_NO_BLIND_RETRY
+)
+APPROVAL_TIMED_OUT = (
+    "The {tool_name} call was denied because no decision arrived within {seconds} seconds. "
+    + APPROVAL_NO_BLIND_RETRY
+)
+APPROVAL_RUN_ENDED = (
+    "The {tool_name} call was denied because the run has ended, so nobody can approve it. "
+    "Do not retry it; end your turn."
+)
 
 
 def format_answer(answer: Handoff) -> str:
@@ -63,6 +94,30 @@ def invalid_arguments(problem: str) -> str:
 
 def not_configured(reason: str) -> str:
     return NOT_CONFIGURED.format(reason=reason)
+
+
+def approval_unreachable(tool_name: str, reason: str) -> str:
+    return APPROVAL_UNREACHABLE.format(tool_name=tool_name, reason=reason)
+
+
+def approval_malformed(tool_name: str, problem: str) -> str:
+    return APPROVAL_MALFORMED.format(tool_name=tool_name, problem=problem)
+
+
+def approval_not_configured(tool_name: str, reason: str) -> str:
+    return APPROVAL_NOT_CONFIGURED.format(tool_name=tool_name, reason=reason)
+
+
+def approval_rejected(tool_name: str, detail: str) -> str:
+    return APPROVAL_REJECTED.format(tool_name=tool_name, detail=detail)
+
+
+def approval_timed_out(tool_name: str, seconds: int) -> str:
+    return APPROVAL_TIMED_OUT.format(tool_name=tool_name, seconds=seconds)
+
+
+def approval_run_ended(tool_name: str) -> str:
+    return APPROVAL_RUN_ENDED.format(tool_name=tool_name)
 
 
 def argument_problem(question: str, labels: Sequence[str]) -> str | None:

@@ -1,7 +1,8 @@
-"""The ``ask-user`` MCP server and its one tool, ``ask_user`` (``mcp__ask-user__ask_user`` to Claude).
+"""The ``ask-user`` MCP server and its two tools (``mcp__ask-user__<tool>`` to Claude).
 
 ``ask_user`` below is the plain, testable function; ``ask_user_tool`` is the thin wrapper whose
 signature is the tool's input schema and whose docstring is the description the model reads.
+``approve_tool`` wraps ``approvals.approve``, the permission prompt tool the CLI calls itself.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import inspect
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Annotated, Literal, cast, get_args
+from typing import Annotated, Any, Literal, cast, get_args
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -20,20 +21,24 @@ from pydantic import Field, ValidationError, WithJsonSchema
 from core.questions import Option, QuestionSpec
 
 from . import answers
+from .approvals import approve
 from .config import CONFIG_ENV_VAR, ConfigError, load_config
 from .errors import (
     QuestionCancelled,
     QuestionExpired,
-    QuestionRejected,
     QuestionSuperseded,
     RelayUnavailable,
+    RequestRejected,
     RunFinished,
 )
-from .relay import ClientFactory, default_client, relay_question, wait_for_answer
+from .relay import relay_question, wait_for_answer
+from .relay_http import ClientFactory, default_client
 
 SERVER_NAME = "ask-user"
 TOOL_NAME = "ask_user"
 TOOL_TITLE = "Ask the user"
+APPROVE_TOOL_NAME = "approve"
+APPROVE_TOOL_TITLE = "Approve a tool call"
 LOG_LEVEL_ENV_VAR = "ASK_USER_LOG_LEVEL"
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
@@ -134,7 +139,7 @@ async def ask_user(
             return _text_result(answers.CANCELLED, is_error=True)
         except RunFinished:
             return _text_result(answers.RUN_ENDED, is_error=True)
-        except QuestionRejected as exc:
+        except RequestRejected as exc:
             return _text_result(answers.rejected(exc.detail), is_error=True)
         except RelayUnavailable as exc:
             return _text_result(answers.unreachable(exc.reason), is_error=True)
@@ -166,6 +171,22 @@ async def ask_user_tool(
     return await ask_user(os.environ.get(CONFIG_ENV_VAR), question, options, multiSelect, header)
 
 
+async def approve_tool(
+    tool_name: Annotated[str, Field(description="The tool Claude wants to call")],
+    # The names are the ones the CLI sends; `input` is its argument, not the builtin.
+    input: Annotated[dict[str, Any], Field(description="The arguments of that tool call")],
+    tool_use_id: Annotated[str, Field(description="The id of that tool call")] = "",
+) -> CallToolResult:
+    """PromptManager's permission prompt tool. Claude Code calls it by itself whenever a tool call
+    needs permission; do not call it yourself.
+
+    A person decides in the browser whether the call may run. The result is the permission
+    decision as JSON text: {"behavior": "allow", "updatedInput": {...}} or
+    {"behavior": "deny", "message": "..."}. To ask the user a question, use ask_user instead.
+    """
+    return await approve(os.environ.get(CONFIG_ENV_VAR), tool_name, input, tool_use_id)
+
+
 def _log_level() -> LogLevel:
     # Quiet by default: Claude Code keeps MCP stderr, and httpx logs every poll at INFO.
     level = os.environ.get(LOG_LEVEL_ENV_VAR, "WARNING").upper()
@@ -189,6 +210,22 @@ def build_server() -> MCPServer[object]:
         annotations=ToolAnnotations(
             title=TOOL_TITLE,
             read_only_hint=True,
+            destructive_hint=False,
+            idempotent_hint=False,
+            open_world_hint=False,
+        ),
+        structured_output=False,
+    )
+    server.add_tool(
+        approve_tool,
+        name=APPROVE_TOOL_NAME,
+        title=APPROVE_TOOL_TITLE,
+        description=inspect.cleandoc(approve_tool.__doc__ or ""),
+        # Not read-only: its allow lets another tool change the workspace. The CLI started with
+        # --permission-prompt-tool hides it from the model (tests/mcp_server/test_approve_with_cli.py).
+        annotations=ToolAnnotations(
+            title=APPROVE_TOOL_TITLE,
+            read_only_hint=False,
             destructive_hint=False,
             idempotent_hint=False,
             open_world_hint=False,

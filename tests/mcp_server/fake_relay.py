@@ -1,4 +1,4 @@
-"""A real HTTP stand-in for PromptManager's relay endpoints, plus config helpers.
+"""A real HTTP stand-in for PromptManager's relay endpoints (questions and permissions), plus config helpers.
 
 ``FakeRelay`` is a small Starlette app served by uvicorn on 127.0.0.1 in a background thread, so
 the MCP server's HTTP client (in-process or in a subprocess) talks real HTTP to it. Tests script
@@ -26,6 +26,7 @@ from mcp_server.config import AskUserConfig
 RELAY_TOKEN = "relay-secret-7c1e4b9a-do-not-leak"
 STREAM_TOKEN = "3f2a9c4e-5b6d-4e7f-8a9b-0c1d2e3f4a5b"
 QUESTION_ID = "9b2f0d7e-1111-4c2a-9d3e-5f6a7b8c9d0e"
+REQUEST_ID = "4e8a1c2b-2222-4d3e-8f9a-0b1c2d3e4f5a"
 
 
 @dataclass(frozen=True)
@@ -71,12 +72,23 @@ def answered(
     return Reply(200, body)
 
 
+def permission_relayed(timeout: int = 300) -> Reply:
+    return Reply(201, {"request_id": REQUEST_ID, "expires_at": "2030-01-01T00:00:00Z", "timeout": timeout})
+
+
+def decided(result: dict[str, Any]) -> Reply:
+    """poll-decision's 200: ``result`` is the permission result the MCP server hands to the CLI."""
+    return Reply(200, {"status": "decided", "result": result})
+
+
 @dataclass
 class FakeRelay:
     """Replies are consumed in order; the last one repeats."""
 
     question_replies: list[Reply] = field(default_factory=lambda: [relayed()])
     poll_replies: list[Reply] = field(default_factory=lambda: [waiting()])
+    permission_replies: list[Reply] = field(default_factory=lambda: [permission_relayed()])
+    decision_replies: list[Reply] = field(default_factory=lambda: [waiting()])
     received: list[Received] = field(default_factory=list)
     port: int = 0
     _server: uvicorn.Server | None = None
@@ -111,11 +123,19 @@ class FakeRelay:
     async def _poll_answer(self, request: Request) -> Response:
         return await self._handle(request, self.poll_replies)
 
+    async def _relay_permission(self, request: Request) -> Response:
+        return await self._handle(request, self.permission_replies)
+
+    async def _poll_decision(self, request: Request) -> Response:
+        return await self._handle(request, self.decision_replies)
+
     def start(self, port: int = 0) -> None:
         app = Starlette(
             routes=[
                 Route("/api/askuser/relay-question", self._relay_question, methods=["POST"]),
                 Route("/api/askuser/poll-answer", self._poll_answer, methods=["GET"]),
+                Route("/api/askuser/relay-permission", self._relay_permission, methods=["POST"]),
+                Route("/api/askuser/poll-decision", self._poll_decision, methods=["GET"]),
             ]
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

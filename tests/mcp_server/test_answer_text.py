@@ -88,6 +88,36 @@ def test_error_sentences_tell_claude_what_to_do() -> None:
     )
 
 
+def test_approval_denials_name_the_call_and_say_not_to_retry_it_blindly() -> None:
+    no_retry = (
+        "Do not retry the same call unchanged: carry on without it if you can, or end your turn and "
+        "tell the user what you wanted to do and why."
+    )
+    assert answers.approval_unreachable("Bash", "connection refused") == (
+        "The Bash call was denied because PromptManager could not ask the user for permission "
+        "(connection refused). " + no_retry
+    )
+    assert answers.approval_malformed("Write", "a deny without a message") == (
+        "The Write call was denied because PromptManager sent an invalid permission decision "
+        "(a deny without a message). " + no_retry
+    )
+    assert answers.approval_not_configured("Bash", "the config has no apiUrl") == (
+        "The Bash call was denied because the approve tool is not configured (the config has no apiUrl). "
+        + no_retry
+    )
+    assert answers.approval_rejected("Bash", "tool_use_id: Field required") == (
+        "The Bash call was denied because PromptManager refused the permission request "
+        "(tool_use_id: Field required). " + no_retry
+    )
+    assert answers.approval_timed_out("Edit", 300) == (
+        "The Edit call was denied because no decision arrived within 300 seconds. " + no_retry
+    )
+    assert answers.approval_run_ended("Bash") == (
+        "The Bash call was denied because the run has ended, so nobody can approve it. "
+        "Do not retry it; end your turn."
+    )
+
+
 @pytest.mark.parametrize(
     ("question", "labels", "problem"),
     [

@@ -12,18 +12,14 @@ from core.questions import Handoff, Option, QuestionSpec
 from mcp_server.errors import (
     QuestionCancelled,
     QuestionExpired,
-    QuestionRejected,
     QuestionSuperseded,
     RelayAuthRejected,
     RelayUnavailable,
+    RequestRejected,
     RunFinished,
 )
-from mcp_server.relay import (
-    RelayedQuestion,
-    default_client,
-    relay_question,
-    wait_for_answer,
-)
+from mcp_server.relay import RelayedQuestion, relay_question, wait_for_answer
+from mcp_server.relay_http import default_client
 from tests.mcp_server.fake_relay import (
     QUESTION_ID,
     RELAY_TOKEN,
@@ -188,7 +184,7 @@ async def test_a_refused_token_on_poll_is_not_retried(relay: FakeRelay) -> None:
 async def test_a_422_reports_the_servers_detail_and_is_not_retried(relay: FakeRelay) -> None:
     relay.question_replies = [Reply(422, {"detail": "header is longer than 12 characters"})]
 
-    with pytest.raises(QuestionRejected, match="header is longer than 12 characters"):
+    with pytest.raises(RequestRejected, match="header is longer than 12 characters"):
         await ask(relay)
 
     assert len(relay.received) == 1
@@ -305,7 +301,7 @@ async def test_validation_errors_from_django_ninja_are_made_readable(relay: Fake
         Reply(422, {"detail": "The request is not valid", "code": "invalid", "errors": errors})
     ]
 
-    with pytest.raises(QuestionRejected) as caught:
+    with pytest.raises(RequestRejected) as caught:
         await ask(relay)
 
     assert caught.value.detail == "header: String should have at most 60; question: Field required"

@@ -6,6 +6,7 @@ talks real HTTP to ``FakeRelay``.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -16,7 +17,7 @@ from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from mcp_server import answers
-from tests.mcp_server.fake_relay import RELAY_TOKEN, FakeRelay, answered, waiting
+from tests.mcp_server.fake_relay import RELAY_TOKEN, FakeRelay, answered, decided, waiting
 
 pytestmark = pytest.mark.e2e
 
@@ -38,14 +39,14 @@ async def server_process(config_path: Path | None, workdir: Path, errlog: Path) 
 
 
 @pytest.mark.asyncio
-async def test_the_server_lists_one_read_only_ask_user_tool(tmp_path: Path) -> None:
+async def test_the_server_lists_a_read_only_ask_user_tool(tmp_path: Path) -> None:
     async with server_process(None, tmp_path, tmp_path / "stderr.log") as client:
         assert client.server_info is not None
         assert client.server_info.name == "ask-user"
-        tools = (await client.list_tools()).tools
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
 
-    [tool] = tools
-    assert tool.name == "ask_user"
+    assert set(tools) == {"ask_user", "approve"}
+    tool = tools["ask_user"]
     assert tool.description is not None
     assert tool.description.startswith("Ask the user a question and wait for their answer.")
     assert tool.annotations is not None
@@ -119,3 +120,51 @@ async def test_a_bad_config_gives_an_error_result_and_the_server_keeps_running(
     assert block.type == "text"
     assert block.text == answers.not_configured("timeout must be between 30 and 900 seconds, not 5")
     assert second == first
+
+
+@pytest.mark.asyncio
+async def test_the_approve_tool_is_listed_and_hands_the_decision_to_the_cli_as_json_text(
+    tmp_path: Path, relay: FakeRelay, write_config: Callable[..., Path]
+) -> None:
+    allow = {
+        "behavior": "allow",
+        "updatedInput": {"command": "make test", "description": "Run the tests"},
+        "updatedPermissions": [
+            {
+                "type": "addRules",
+                "rules": [{"toolName": "Bash"}],
+                "behavior": "allow",
+                "destination": "session",
+            }
+        ],
+    }
+    relay.decision_replies = [waiting(), decided(allow)]
+    # The arguments exactly as the CLI sends them to its permission prompt tool.
+    arguments = {
+        "tool_name": "Bash",
+        "input": {"command": "make test", "description": "Run the tests"},
+        "tool_use_id": "toolu_01StdioApprove",
+    }
+
+    errlog = tmp_path / "stderr.log"
+    async with server_process(write_config(relay.url), tmp_path, errlog) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        result = await client.call_tool("approve", arguments)
+
+    approve = tools["approve"]
+    assert approve.description is not None
+    assert approve.description.startswith("PromptManager's permission prompt tool.")
+    assert "do not call it yourself" in approve.description
+    assert approve.annotations is not None
+    assert approve.annotations.read_only_hint is False
+    assert approve.input_schema["required"] == ["tool_name", "input"]
+    assert approve.input_schema["properties"]["input"]["type"] == "object"
+    assert result.is_error is False
+    assert result.structured_content is None
+    [block] = result.content
+    assert block.type == "text"
+    assert json.loads(block.text) == allow
+    assert [r.json() for r in relay.requests_to("/relay-permission")] == [arguments]
+    assert len(relay.requests_to("/poll-decision")) == 2
+    assert "poll-decision" in errlog.read_text(encoding="utf-8")
+    assert RELAY_TOKEN not in errlog.read_text(encoding="utf-8")
