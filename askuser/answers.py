@@ -70,7 +70,7 @@ def _validate(spec: QuestionSpec, selected: list[Any], other: str) -> ItemAnswer
         indices.append(index)
         labels.append(spec.options[index].label)
     if labels and other == ", ".join(labels):
-        other = ""  # the spec's browser form echoes the chosen labels as the answer text
+        other = ""  # a browser form may echo the chosen labels as the answer text
     if not indices and not other:
         raise AnswerError(MSG_REQUIRED.format(question=question))
     if spec.options and not spec.multiSelect and (len(indices) > 1 or (indices and other)):

@@ -31,6 +31,7 @@ from django.utils import timezone
 from core import events
 from core.errors import Conflict, Gone, Invalid, NotFound
 from core.questions import Handoff, questions_from_tool_input
+from core.tool_names import ASK_USER_QUESTION
 from mcp_server.answers import CANCELLED, SUPERSEDED, TIMED_OUT
 from promptmgr.models import ACTIVE_RUN_STATUSES, PermissionRule, Project, Run, RunStatus
 from promptmgr.services import run_state
@@ -40,7 +41,6 @@ from .models import Decision, PermissionRequest, PermissionStatus, Question, Que
 
 logger = logging.getLogger(__name__)
 
-ASK_USER_QUESTION = "AskUserQuestion"
 # Tool inputs larger than this travel to the browser as their preview only.
 MAX_EVENT_INPUT_CHARS = 50_000
 

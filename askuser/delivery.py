@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from core import events
 from core.questions import FormAnswer
+from core.tool_names import ASK_USER_QUESTION, MCP_ASK_USER
 from mcp_server.answers import format_answer
 
 from .models import Question, QuestionSource, QuestionStatus
@@ -23,8 +24,8 @@ from .models import Question, QuestionSource, QuestionStatus
 logger = logging.getLogger(__name__)
 
 # The tools whose results carry an answer: the MCP tool (CLI engine), the built-in one (SDK).
-MCP_ASK_TOOL = "mcp__ask-user__ask_user"
-SDK_ASK_TOOL = "AskUserQuestion"
+MCP_ASK_TOOL = MCP_ASK_USER
+SDK_ASK_TOOL = ASK_USER_QUESTION
 ASK_TOOL_NAMES = frozenset({MCP_ASK_TOOL, SDK_ASK_TOOL})
 # Stored as the mismatch when the ask tool's result had no text at all.
 EMPTY_RESULT = "(the tool result was empty)"

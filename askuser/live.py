@@ -23,7 +23,7 @@ ENDED_TOKEN_TTL = 600
 
 
 def question_cache_key(run_id: int) -> str:
-    """The design card's question cache: the run's pending question, as JSON."""
+    """The question cache: the run's pending question, as JSON (the runner's idle tick reads it)."""
     return run_key(run_id, "question")
 
 
@@ -71,7 +71,7 @@ def answer_taken_key(question_id: str) -> str:
 
 
 async def question_cache_put(run_id: int, question: dict[str, Any], *, ttl: int) -> None:
-    """Remember the run's pending question (the design card's question cache)."""
+    """Remember the run's pending question in the question cache."""
     await get_async_redis().set(question_cache_key(run_id), encode_json(question), ex=ttl)
 
 

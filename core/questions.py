@@ -8,7 +8,8 @@ waiting side receives its ``Handoff`` (poll-answer's 200 body, the SDK callback'
 ``mcp_server.answers.format_answer`` turns into the text Claude reads.
 
 Pure pydantic with no Django import, so the MCP server process can use it too. Wire names
-(``multiSelect``, ``selectedOptions``…) are the functional spec's and stay camelCase.
+(``multiSelect``, ``selectedOptions``…) are those the ask_user tool's schema gives Claude, so
+they stay camelCase.
 """
 
 from __future__ import annotations

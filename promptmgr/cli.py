@@ -9,11 +9,9 @@ from pathlib import Path
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .models import Project
+from core.tool_names import ASK_USER_QUESTION, MCP_APPROVE
 
-DISALLOWED_TOOLS = "AskUserQuestion"
-# The bundled MCP server's tool the CLI asks for every permission (askuser.approvals).
-PERMISSION_PROMPT_TOOL = "mcp__ask-user__approve"
+from .models import Project
 
 # The only variables of the server's environment a CLI run may see. Secrets such as
 # SECRET_KEY or DATABASE_URL never reach Claude or the tools it runs.
@@ -83,10 +81,10 @@ def build_command(
     if project.permission_mode:
         command += ["--permission-mode", project.permission_mode]
     if ask_user:
-        command += ["--permission-prompt-tool", PERMISSION_PROMPT_TOOL]
+        command += ["--permission-prompt-tool", MCP_APPROVE]
     else:
         # Without a prompt tool -p mode only answers "not available" to the built-in question tool.
-        command += ["--disallowedTools", DISALLOWED_TOOLS]
+        command += ["--disallowedTools", ASK_USER_QUESTION]
     return command
 
 

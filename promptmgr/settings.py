@@ -188,7 +188,8 @@ RUN_MAX_DURATION = envint("RUN_MAX_DURATION", "3600", minimum=10, maximum=86400)
 RUN_IDLE_TIMEOUT = envint("RUN_IDLE_TIMEOUT", "600", minimum=5, maximum=86400)
 RUNS_PER_USER = envint("RUNS_PER_USER", "3", minimum=1, maximum=1000)
 RUNS_GLOBAL = envint("RUNS_GLOBAL", "20", minimum=1, maximum=10000)
-RUN_READ_TIMEOUT = 2.0  # the design card's 2-second read timeout
+# Each read of the CLI waits this long; each timeout checks for an unshown question and refreshes ownership.
+RUN_READ_TIMEOUT = 2.0
 # How often every worker looks for runs whose owner is gone (and fails them).
 RUN_SWEEP_SECONDS = envint("RUN_SWEEP_SECONDS", "10", minimum=1, maximum=3600)
 SSE_HEARTBEAT_SECONDS = envint("SSE_HEARTBEAT_SECONDS", "15", minimum=1, maximum=60)

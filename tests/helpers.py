@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from core.tool_names import MCP_ASK_USER
+
 if TYPE_CHECKING:
     from tests.conftest import LiveServer
 
@@ -143,7 +145,7 @@ def script(*steps: dict[str, Any]) -> str:
 
 # --- Runs and questions over the real HTTP stack -----------------------------------------
 
-ASK_USER_TOOL = "mcp__ask-user__ask_user"
+ASK_USER_TOOL = MCP_ASK_USER
 QUOTE = {"quote_tool_results": True}
 SLOW_TEXT = {"text": "x" * 300, "pace_ms": 100, "chunk_chars": 1}
 

@@ -21,10 +21,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from core.tool_names import ASK_USER_QUESTION, MCP_ASK_USER
+
 SCRIPT_MARKER = "SCRIPT:"
 
-ASK_USER_TOOL = "mcp__ask-user__ask_user"
-ASK_USER_QUESTION_TOOL = "AskUserQuestion"
+ASK_USER_TOOL = MCP_ASK_USER
+ASK_USER_QUESTION_TOOL = ASK_USER_QUESTION
 
 
 @dataclass

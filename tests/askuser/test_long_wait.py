@@ -1,6 +1,6 @@
 """A question answered close to the 900-second maximum still reaches the model.
 
-DESIGN.md verified a 400 s wait; this proves the maximum with the real CLI. It takes
+A 400 s wait was verified by hand first; this proves the maximum with the real CLI. It takes
 about 15 minutes, most of it waiting, as a real user might.
 """
 

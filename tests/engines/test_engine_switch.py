@@ -13,8 +13,9 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
+from core.tool_names import MCP_ASK_USER as ASK_USER_TOOL
 from promptmgr.models import Project, Run
-from promptmgr.workspaces import ASK_USER_TOOL, workspace_path
+from promptmgr.workspaces import workspace_path
 from tests.helpers import SSEEvent, login_client, make_project, read_sse, script, start_run
 
 pytestmark = pytest.mark.e2e
