@@ -7,7 +7,8 @@ Run as a script (``python contract_mcp_server.py``). Tools, as Claude sees them
 * ``peek``: the same, annotated ``readOnlyHint: true``.
 * ``decide``: a permission prompt tool (``--permission-prompt-tool mcp__contract__decide``).
   It appends the arguments the CLI sent, verbatim, as one JSON line to the file named by
-  ``CONTRACT_RECORD`` and answers by ``decision`` below.
+  ``CONTRACT_RECORD`` and answers by ``decision`` below, unless the decision table named by
+  ``CONTRACT_DECISIONS`` has an entry for the call (see ``table_decision``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 
 SERVER_NAME = "contract"
 RECORD_ENV_VAR = "CONTRACT_RECORD"
+DECISIONS_ENV_VAR = "CONTRACT_DECISIONS"
 ALLOW_MARKER = "echo allowed"
 BARE_DENY_MARKER = "echo bare-deny"
 REWRITE = " && echo rewritten-by-the-prompt-tool"
@@ -39,6 +41,26 @@ def answers_for(questions: list[dict[str, Any]]) -> dict[str, str]:
         chosen = labels[:2] if question.get("multiSelect") else labels[1:2]
         answers[str(question["question"])] = ", ".join(chosen)
     return answers
+
+
+def table_decision(tool_name: str, tool_input: dict[str, Any]) -> dict[str, Any] | None:
+    """The decision table's answer: the file named by ``CONTRACT_DECISIONS`` holds a JSON list of
+    ``{"tool_name", "contains", "decision"}``; the first entry for this tool whose ``contains``
+    occurs in the Bash command (or is empty) answers with its ``decision``, an allow carrying
+    the input unchanged as ``updatedInput``."""
+    path = os.environ.get(DECISIONS_ENV_VAR)
+    if not path:
+        return None
+    with open(path, encoding="utf-8") as handle:
+        table: list[dict[str, Any]] = json.load(handle)
+    command = str(tool_input.get("command", ""))
+    for entry in table:
+        if entry["tool_name"] == tool_name and str(entry.get("contains", "")) in command:
+            answer = dict(entry["decision"])
+            if answer.get("behavior") == "allow":
+                answer.setdefault("updatedInput", tool_input)
+            return answer
+    return None
 
 
 def decision(tool_name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
@@ -76,7 +98,8 @@ async def decide(
     if record:
         with open(record, "a", encoding="utf-8") as handle:
             handle.write(json.dumps(params.get("arguments")) + "\n")
-    return _text(json.dumps(decision(tool_name, input)))
+    answer = table_decision(tool_name, input) or decision(tool_name, input)
+    return _text(json.dumps(answer))
 
 
 def build_server() -> MCPServer[object]:

@@ -5,6 +5,7 @@ with the app's own environment (``child_env``), and asserts on what the CLI does
 ``system`` init line, the exit, and the tool results the model received (the scripted model
 quotes them back in its last reply). A CLI upgrade that changes one of these facts fails here.
 The MCP server used is ``contract_mcp_server.py`` beside this file (server name ``contract``).
+The permission-rule tests at the end pin what an "Always allow" of a tool approval relies on.
 """
 
 from __future__ import annotations
@@ -105,6 +106,16 @@ class Workspace:
     def settings_local(self, data: dict[str, Any]) -> None:
         (self.root / ".claude" / "settings.local.json").write_text(json.dumps(data))
 
+    def settings_json(self, data: dict[str, Any]) -> None:
+        """The shared project settings (``.claude/settings.json``), as a cloned repository has them."""
+        (self.root / ".claude" / "settings.json").write_text(json.dumps(data))
+
+    def decide_by_table(self, *entries: dict[str, Any]) -> None:
+        """Entries for the prompt tool's decision table (``contract.table_decision``)."""
+        path = self.root.parent / "decisions.json"
+        path.write_text(json.dumps(list(entries)))
+        self.env[contract.DECISIONS_ENV_VAR] = str(path)
+
     def mcp_config_outside(self) -> Path:
         """The same registration in a file outside the workspace, for ``--mcp-config``."""
         path = self.root.parent / "mcp-config.json"
@@ -116,6 +127,10 @@ class Workspace:
         if not self.record.exists():
             return []
         return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+    def asked_commands(self) -> list[str]:
+        """The Bash commands the prompt tool was asked about, in order."""
+        return [call["input"]["command"] for call in self.prompt_tool_calls() if call["tool_name"] == "Bash"]
 
     def run(self, *steps: dict[str, Any], args: tuple[str, ...] = ()) -> CliRun:
         completed = subprocess.run(
@@ -143,6 +158,10 @@ def tool_call(name: str, **tool_input: Any) -> dict[str, Any]:
 
 def bash(command: str) -> dict[str, Any]:
     return tool_call("Bash", command=command, description="contract test command")
+
+
+def denied_ids(run: CliRun) -> list[str]:
+    return [denial["tool_use_id"] for denial in run.result["permission_denials"]]
 
 
 def succeeded(run: CliRun) -> CliRun:
@@ -349,3 +368,380 @@ def test_bypass_permissions_is_refused_as_root_with_the_clis_reason_and_runs_oth
         succeeded(run)
         assert run.init["permissionMode"] == "bypassPermissions"
         assert run.result["result"] == "bypassed"
+
+
+# --- Permission rules: what an "Always allow" can rely on --------------------------------
+
+PROMPTED = ("--permission-mode", "default", "--permission-prompt-tool", PROMPT_TOOL)
+NO_OUTPUT = {"text": "(Bash completed with no output)", "is_error": False}
+REFUSED = {"text": contract.DENY_MESSAGE, "is_error": True}
+RULE_DENIED = "Permission to use Bash with command {command} has been denied."
+FILE_RULE_DENIED = (
+    "<tool_use_error>File is in a directory that is denied by your permission settings.</tool_use_error>"
+)
+UNTRUSTED_ALLOW_IGNORED = (
+    "Ignoring 1 permissions.allow entry from .claude/settings.json: this workspace has not been "
+    "trusted. Run Claude Code interactively here once and accept the trust dialog, or set "
+    'projects["{root}"].hasTrustDialogAccepted: true in {home}/.claude.json.\n'
+)
+# touch, not echo: a read-only command like `echo ruled now` runs unasked with or without a rule.
+CHAINED = [
+    "touch ruled now && touch pwned",
+    "touch ruled now; touch pwned",
+    "touch ruled now || touch pwned",
+    "touch ruled now | touch pwned",
+    "touch ruled now & touch pwned",
+    "touch ruled now $(touch pwned)",
+    "touch ruled now `touch pwned`",
+    "touch ruled now\ntouch pwned",
+    "touch ruled now > pwned",
+    "echo ruled now && touch pwned",
+    "echo ruled; touch pwned",
+]
+
+
+def allow_with_rule(rule_content: str, destination: str) -> dict[str, Any]:
+    """A prompt tool's allow that also adds ``Bash(<rule_content>)`` at ``destination``."""
+    rule = {"toolName": "Bash", "ruleContent": rule_content}
+    update = {"type": "addRules", "rules": [rule], "behavior": "allow", "destination": destination}
+    return {"behavior": "allow", "updatedPermissions": [update]}
+
+
+@pytest.mark.parametrize("granted_by", ["settings_local_allow", "settings_flag"])
+def test_a_bash_prefix_rule_allows_its_command_unasked_but_not_a_chained_or_redirected_one(
+    workspace: Workspace, granted_by: str
+) -> None:
+    workspace.register_in_mcp_json()
+    rules = {"permissions": {"allow": ["Bash(touch ruled:*)", "Bash(touch also:*)", "Bash(echo ruled:*)"]}}
+    args: tuple[str, ...] = PROMPTED
+    if granted_by == "settings_local_allow":
+        workspace.settings_local(rules)
+    else:
+        args += ("--settings", json.dumps(rules))
+    commands = [
+        "echo ruled now",
+        "touch ruled now",
+        "touch ruled.txt",
+        *CHAINED,
+        "touch ruled now && touch also this",
+    ]
+    run = succeeded(workspace.run(*(bash(c) for c in commands), QUOTE, args=args))
+    # The prefix ends at a word: `touch ruled.txt` is not covered. Every chained part is checked
+    # on its own, so a chain runs unasked only when each part has a rule.
+    assert workspace.asked_commands() == ["touch ruled.txt", *CHAINED]
+    ran = [{"text": "ruled now", "is_error": False}, NO_OUTPUT]
+    assert run.model_received() == [*ran, *[REFUSED] * (1 + len(CHAINED)), NO_OUTPUT]
+    assert not (workspace.root / "pwned").exists()
+    assert {"now", "this"} <= {path.name for path in workspace.root.iterdir()}
+    assert len(denied_ids(run)) == 1 + len(CHAINED)
+
+
+@pytest.mark.parametrize(
+    ("rule", "asked"),
+    [
+        ("Bash(touch ruled:*)", ["touch ruled.txt", "touch ruled now && touch pwned"]),
+        ("Bash(touch ruled *)", ["touch ruled.txt", "touch ruled now && touch pwned"]),
+        ("Bash(touch ruled*)", ["touch ruled now && touch pwned"]),
+        ("Bash(touch ruled now)", ["touch ruled", "touch ruled.txt", "touch ruled now && touch pwned"]),
+        ("Bash(touch:*)", []),
+    ],
+)
+def test_bash_rule_syntaxes_cover_these_commands(workspace: Workspace, rule: str, asked: list[str]) -> None:
+    workspace.register_in_mcp_json()
+    workspace.settings_local({"permissions": {"allow": [rule]}})
+    commands = ["touch ruled now", "touch ruled", "touch ruled.txt", "touch ruled now && touch pwned"]
+    succeeded(workspace.run(*(bash(c) for c in commands), QUOTE, args=PROMPTED))
+    assert workspace.asked_commands() == asked
+    # `Bash(touch:*)` covers both parts of the chain, so even that one ran.
+    assert (workspace.root / "pwned").exists() is (rule == "Bash(touch:*)")
+
+
+def test_a_session_rule_from_the_prompt_tool_covers_the_rest_of_the_turn_but_not_a_resumed_run(
+    workspace: Workspace,
+) -> None:
+    workspace.register_in_mcp_json()
+    workspace.decide_by_table(
+        {
+            "tool_name": "Bash",
+            "contains": "touch twice one",
+            "decision": allow_with_rule("touch twice:*", "session"),
+        }
+    )
+    run = succeeded(
+        workspace.run(
+            bash("touch twice one"),
+            bash("touch twice two"),
+            bash("touch twice three && touch pwned"),
+            QUOTE,
+            args=PROMPTED,
+        )
+    )
+    assert workspace.asked_commands() == ["touch twice one", "touch twice three && touch pwned"]
+    assert run.model_received() == [NO_OUTPUT, NO_OUTPUT, REFUSED]
+    assert not (workspace.root / "pwned").exists()
+    # Nothing is written anywhere; the rule lives in the CLI process only.
+    assert sorted(path.name for path in (workspace.root / ".claude").iterdir()) == []
+    assert not (Path(workspace.env["HOME"]) / ".claude" / "settings.json").exists()
+    resumed = succeeded(
+        workspace.run(bash("touch twice four"), QUOTE, args=(*PROMPTED, "--resume", run.result["session_id"]))
+    )
+    assert workspace.asked_commands()[-1] == "touch twice four"
+    assert resumed.model_received() == [REFUSED]
+
+
+def test_a_local_settings_rule_from_the_prompt_tool_is_merged_into_the_workspace_settings_local_json(
+    workspace: Workspace,
+) -> None:
+    workspace.register_in_mcp_json()
+    workspace.settings_local(
+        {"enableAllProjectMcpServers": True, "permissions": {"allow": [NOTE], "deny": ["Read(secret.txt)"]}}
+    )
+    workspace.decide_by_table(
+        {
+            "tool_name": "Bash",
+            "contains": "touch twice one",
+            "decision": allow_with_rule("touch twice:*", "localSettings"),
+        }
+    )
+    run = succeeded(workspace.run(bash("touch twice one"), bash("touch twice two"), QUOTE, args=PROMPTED))
+    assert workspace.asked_commands() == ["touch twice one"]
+    assert run.model_received() == [NO_OUTPUT, NO_OUTPUT]
+    # The CLI rewrites the whole file: keys kept (permissions moved first), the rule appended,
+    # two-space indent and a final newline.
+    merged = {
+        "permissions": {"allow": [NOTE, "Bash(touch twice:*)"], "deny": ["Read(secret.txt)"]},
+        "enableAllProjectMcpServers": True,
+    }
+    local = workspace.root / ".claude" / "settings.local.json"
+    assert local.read_text() == json.dumps(merged, indent=2) + "\n"
+    assert sorted(path.name for path in (workspace.root / ".claude").iterdir()) == ["settings.local.json"]
+    # The next run starts with the rule.
+    succeeded(workspace.run(bash("touch twice three"), QUOTE, args=PROMPTED))
+    assert workspace.asked_commands() == ["touch twice one"]
+
+
+def test_a_user_settings_rule_from_the_prompt_tool_is_written_to_the_clis_home(workspace: Workspace) -> None:
+    workspace.register_in_mcp_json()
+    workspace.decide_by_table(
+        {
+            "tool_name": "Bash",
+            "contains": "touch twice one",
+            "decision": allow_with_rule("touch twice:*", "userSettings"),
+        }
+    )
+    run = succeeded(workspace.run(bash("touch twice one"), bash("touch twice two"), QUOTE, args=PROMPTED))
+    assert workspace.asked_commands() == ["touch twice one"]
+    assert run.model_received() == [NO_OUTPUT, NO_OUTPUT]
+    written = Path(workspace.env["HOME"]) / ".claude" / "settings.json"
+    assert json.loads(written.read_text()) == {"permissions": {"allow": ["Bash(touch twice:*)"]}}
+    assert sorted(path.name for path in (workspace.root / ".claude").iterdir()) == []
+
+
+def test_a_project_settings_rule_from_the_prompt_tool_is_written_to_settings_json_and_then_ignored(
+    workspace: Workspace,
+) -> None:
+    workspace.register_in_mcp_json()
+    workspace.decide_by_table(
+        {
+            "tool_name": "Bash",
+            "contains": "touch twice one",
+            "decision": allow_with_rule("touch twice:*", "projectSettings"),
+        }
+    )
+    run = succeeded(workspace.run(bash("touch twice one"), bash("touch twice two"), QUOTE, args=PROMPTED))
+    # Written, but a workspace nobody accepted the trust dialog for ignores its allow rules.
+    written = workspace.root / ".claude" / "settings.json"
+    assert json.loads(written.read_text()) == {"permissions": {"allow": ["Bash(touch twice:*)"]}}
+    assert workspace.asked_commands() == ["touch twice one", "touch twice two"]
+    assert run.model_received() == [NO_OUTPUT, REFUSED]
+    assert run.stderr == UNTRUSTED_ALLOW_IGNORED.format(root=workspace.root, home=workspace.env["HOME"])
+
+
+def test_the_workspace_settings_json_keeps_its_deny_rules_but_its_allow_rules_are_ignored(
+    workspace: Workspace,
+) -> None:
+    workspace.register_in_mcp_json()
+    workspace.settings_json(
+        {"permissions": {"allow": ["Bash(touch ruled:*)"], "deny": ["Bash(touch banned:*)"]}}
+    )
+    workspace.settings_local({"permissions": {"allow": ["Bash(touch banned:*)"]}})
+    run = succeeded(workspace.run(bash("touch ruled now"), bash("touch banned now"), QUOTE, args=PROMPTED))
+    assert workspace.asked_commands() == ["touch ruled now"]
+    assert run.model_received() == [
+        REFUSED,
+        {"text": RULE_DENIED.format(command="touch banned now"), "is_error": True},
+    ]
+    assert run.stderr == UNTRUSTED_ALLOW_IGNORED.format(root=workspace.root, home=workspace.env["HOME"])
+
+
+@pytest.mark.parametrize(
+    ("granted_by", "rule", "matches"),
+    [
+        ("settings_local_allow", "Edit(README.md)", True),
+        ("settings_local_allow", "Edit(./README.md)", True),
+        ("settings_local_allow", "Edit(/README.md)", True),
+        ("settings_local_allow", "Edit({root}/README.md)", False),
+        ("settings_local_allow", "Edit(/{root}/README.md)", True),
+        ("settings_local_allow", "Edit(*.md)", True),
+        ("settings_local_allow", "Edit(other.md)", False),
+        ("settings_flag", "Edit(README.md)", True),
+        ("settings_flag", "Edit(/README.md)", False),
+        ("settings_flag", "Edit({root}/README.md)", False),
+        ("settings_flag", "Edit(/{root}/README.md)", True),
+    ],
+)
+def test_edit_rule_paths_that_cover_an_edit_of_the_workspace_readme(
+    workspace: Workspace, granted_by: str, rule: str, matches: bool
+) -> None:
+    """A path is relative to the working directory; `/x` is relative to the settings file's
+    project (so it means nothing in --settings); `//abs` is absolute, `/abs` is not."""
+    workspace.register_in_mcp_json()
+    readme = workspace.root / "README.md"
+    readme.write_text("old text\n")
+    rules = {"permissions": {"allow": [rule.format(root=workspace.root)]}}
+    args: tuple[str, ...] = PROMPTED
+    if granted_by == "settings_local_allow":
+        workspace.settings_local(rules)
+    else:
+        args += ("--settings", json.dumps(rules))
+    run = succeeded(
+        workspace.run(
+            tool_call("Read", file_path=str(readme)),
+            tool_call("Edit", file_path=str(readme), old_string="old", new_string="new"),
+            QUOTE,
+            args=args,
+        )
+    )
+    asked = [call["tool_name"] for call in workspace.prompt_tool_calls()]
+    assert asked == ([] if matches else ["Edit"])
+    assert readme.read_text() == ("new text\n" if matches else "old text\n")
+    assert run.model_received()[1]["is_error"] is not matches
+
+
+def test_an_edit_rule_also_covers_a_write_of_a_new_file(workspace: Workspace) -> None:
+    workspace.register_in_mcp_json()
+    workspace.settings_local({"permissions": {"allow": ["Edit(*.md)"]}})
+    run = succeeded(
+        workspace.run(
+            tool_call("Write", file_path=str(workspace.root / "NEW.md"), content="x"),
+            tool_call("Write", file_path=str(workspace.root / "NEW.txt"), content="x"),
+            QUOTE,
+            args=PROMPTED,
+        )
+    )
+    assert [call["input"]["file_path"] for call in workspace.prompt_tool_calls()] == [
+        str(workspace.root / "NEW.txt")
+    ]
+    assert (workspace.root / "NEW.md").read_text() == "x"
+    assert run.model_received()[1] == REFUSED
+
+
+def test_a_webfetch_domain_rule_is_accepted_and_malformed_rules_are_skipped_silently(
+    workspace: Workspace,
+) -> None:
+    workspace.register_in_mcp_json()
+    malformed = ["Bash(touch ruled:*", "Nonsense(x)", "WebFetch(example.org)"]
+    workspace.settings_local(
+        {"permissions": {"allow": ["WebFetch(domain:example.com)", *malformed, "Bash(touch ruled:*)"]}}
+    )
+    run = succeeded(
+        workspace.run(
+            tool_call("WebFetch", url="https://example.com/", prompt="title?"),
+            tool_call("WebFetch", url="https://example.org/", prompt="title?"),
+            bash("touch ruled now"),
+            QUOTE,
+            args=PROMPTED,
+        )
+    )
+    com, org, _ = run.tool_use_ids()
+    # example.com is not asked about; what the fetch itself returns depends on the network.
+    assert [call["input"].get("url") for call in workspace.prompt_tool_calls()] == ["https://example.org/"]
+    assert denied_ids(run) == [org]
+    assert com not in denied_ids(run)
+    assert run.model_received()[1:] == [REFUSED, NO_OUTPUT]
+    assert run.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("rule", "asked"),
+    [
+        (NOTE, [PEEK]),
+        ("mcp__contract", []),
+        ("mcp__contract__*", []),
+        (f"{NOTE}(x)", [NOTE, PEEK]),
+    ],
+)
+def test_an_mcp_tool_rule_allows_that_tool_and_a_server_rule_all_its_tools(
+    workspace: Workspace, rule: str, asked: list[str]
+) -> None:
+    workspace.register_in_mcp_json()
+    workspace.settings_local({"permissions": {"allow": [rule]}})
+    run = succeeded(workspace.run(tool_call(NOTE, text="a"), tool_call(PEEK, text="b"), QUOTE, args=PROMPTED))
+    # In default mode even the read-only peek is asked about.
+    assert [call["tool_name"] for call in workspace.prompt_tool_calls()] == asked
+    ran = {NOTE: {"text": "noted: a", "is_error": False}, PEEK: {"text": "peeked: b", "is_error": False}}
+    assert run.model_received() == [REFUSED if tool in asked else ran[tool] for tool in (NOTE, PEEK)]
+
+
+def test_deny_rules_refuse_without_asking_the_prompt_tool_even_under_a_broad_allow(
+    workspace: Workspace,
+) -> None:
+    workspace.register_in_mcp_json()
+    readme = workspace.root / "README.md"
+    readme.write_text("old\n")
+    workspace.settings_local(
+        {
+            "permissions": {
+                "allow": ["Bash", "Edit", NOTE],
+                "deny": ["Bash(touch denied:*)", "Edit(README.md)", NOTE],
+            }
+        }
+    )
+    chained = "touch fine && touch denied later"
+    run = succeeded(
+        workspace.run(
+            bash("touch denied now"),
+            bash(chained),
+            tool_call("Read", file_path=str(readme)),
+            tool_call("Edit", file_path=str(readme), old_string="old", new_string="new"),
+            tool_call(NOTE, text="a"),
+            QUOTE,
+            args=PROMPTED,
+        )
+    )
+    assert workspace.prompt_tool_calls() == []
+    assert run.model_received() == [
+        {"text": RULE_DENIED.format(command="touch denied now"), "is_error": True},
+        {"text": RULE_DENIED.format(command=chained), "is_error": True},
+        {"text": "1\told\n2\t", "is_error": False},
+        {"text": FILE_RULE_DENIED, "is_error": True},
+        {"text": f"<tool_use_error>Error: No such tool available: {NOTE}</tool_use_error>", "is_error": True},
+    ]
+    # A denied MCP tool is not offered at all, so its call is no permission denial.
+    assert NOTE not in run.init["tools"]
+    denied_now, denied_chain, _, edit, _ = run.tool_use_ids()
+    assert denied_ids(run) == [denied_now, denied_chain, edit]
+    assert readme.read_text() == "old\n"
+    assert not (workspace.root / "fine").exists()
+
+
+def test_a_read_deny_rule_also_refuses_bash_reads_of_that_path_but_not_through_a_glob(
+    workspace: Workspace,
+) -> None:
+    workspace.register_in_mcp_json()
+    secret = workspace.root / "secret.txt"
+    secret.write_text("hush\n")
+    workspace.settings_local({"permissions": {"deny": ["Read(secret.txt)"]}})
+    commands = ["cat secret.txt", "cat ./secret.txt", "head -1 secret.txt", "cat sec*.txt"]
+    run = succeeded(
+        workspace.run(
+            tool_call("Read", file_path=str(secret)), *(bash(c) for c in commands), QUOTE, args=PROMPTED
+        )
+    )
+    assert workspace.prompt_tool_calls() == []
+    # Deny rules are a second line only: the glob reads the file. The sandbox is the boundary.
+    assert run.model_received() == [
+        {"text": FILE_RULE_DENIED, "is_error": True},
+        *({"text": RULE_DENIED.format(command=c), "is_error": True} for c in commands[:3]),
+        {"text": "hush", "is_error": False},
+    ]
