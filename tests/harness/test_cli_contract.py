@@ -96,8 +96,11 @@ class Workspace:
         (root / ".claude").mkdir(parents=True)
         self.record = root.parent / "prompt-tool-calls.jsonl"
         self.env = child_env(ask_user_config=None, ask_user_timeout=None)
-        # As the app sets it: MCP tools' schemas are sent up front, not behind ToolSearch.
+        # As the app sets it: MCP tools' schemas are sent up front, not behind ToolSearch, and
+        # the turn starts only once the servers are connected (see test_mcp_startup.py): under
+        # the parallel suite's load a server is otherwise still "pending" in the init line.
         self.env["ENABLE_TOOL_SEARCH"] = "false"
+        self.env["MCP_CONNECTION_NONBLOCKING"] = "false"
         self.env[contract.RECORD_ENV_VAR] = str(self.record)
 
     def register_in_mcp_json(self) -> None:
