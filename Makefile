@@ -65,3 +65,4 @@ bench: $(VENV)/.installed-app
 	$(PY) bench/stream_overhead.py
 	$(PY) bench/askuser_latency.py
 	$(PY) bench/cli_startup.py
+	$(PY) bench/machinery.py
