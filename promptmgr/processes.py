@@ -30,9 +30,11 @@ READ_CHUNK = 256 * 1024
 # one line per wake-up. The Claude CLI writes every stream-json line on its own: at full
 # speed that is thousands of wake-ups a second, each paying for the read, the hand-over
 # and a flush to Redis and to every browser. A line after a quiet moment is read at once.
+# bench/machinery.py, 5,000 lines at the CLI's rate: 82-134 reads, not 1,426-2,082; 1.8-2.6x less CPU.
 READ_INTERVAL = 0.003
 # The child's stdout pipe holds this much (Linux defaults to 64 KiB), so the child does
 # not stall on a full pipe during a paced pause or while this worker is briefly busy.
+# bench/machinery.py: a 4 MB burst waits 27-34 ms on a full pipe, 194-247 ms at 64 KiB.
 PIPE_BYTES = 1024 * 1024
 MAX_NICE = 19  # the lowest CPU priority
 SELF_AUTOGROUP = Path("/proc/self/autogroup")  # this server's session (see lower_priority)
@@ -275,7 +277,8 @@ class SpawnedChild:
     """A child started by ``subprocess.Popen``, its exit heard by the event loop.
 
     Not the event loop's own subprocess support: Popen starts the child with vfork,
-    0.2 ms here, where uvloop forks the whole worker, 8.5 ms at 200 MB resident, with
+    0.5-3 ms here, where uvloop forks the whole worker, 8-18 ms at 125-225 MB resident
+    (bench/machinery.py, the event loop's longest step), with
     the event loop (every stream of the worker) blocked throughout and the worker's
     memory then copied on write. The exit arrives through a pidfd on the event loop, or
     where the kernel or a seccomp profile refuses pidfds, through a thread that waits.
