@@ -1,8 +1,8 @@
 """Subprocess handling, all in one place.
 
 A child is spawned with vfork (``SpawnedChild``) in its own process group (session), its
-input is fed without blocking the event loop, its stdout and stderr are
-drained concurrently, stdout is split into lines of any length (a line over
+input is fed (or kept open for messages) without blocking the event loop, its stdout and
+stderr are drained concurrently, stdout is split into lines of any length (a line over
 ``max_line_bytes`` is cut and flagged, never a crash), stdout is read in paced gulps
 while the child prints in a burst (see ``READ_INTERVAL``), and on every ending the whole
 tree — the CLI and everything it started, such as MCP servers and Bash commands, which
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import os
 import signal
@@ -348,6 +349,54 @@ async def _feed(fd: int, data: bytes) -> None:
         os.close(fd)
 
 
+class ChildInput:
+    """A child's stdin kept open for messages written while it runs (the SDK engine's
+    control protocol), until ``end`` or ``close``.
+
+    Whole messages, one at a time: a message written in pieces (the pipe was full) is
+    never interleaved with another. The descriptor is closed only while no write is
+    under way on it, so the event loop never watches a closed (or reused) descriptor.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+        self._lock = asyncio.Lock()
+        self._closing = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    async def write(self, data: bytes) -> None:
+        """BrokenPipeError once the input is closed or the child is gone."""
+        async with self._lock:
+            fd = self._fd
+            if fd is None or self._closing:
+                raise BrokenPipeError(errno.EPIPE, "the child's input is closed")
+            try:
+                await write_all(fd, data)
+            finally:
+                if self.closed:  # close() came while this write waited on a full pipe
+                    self._close_fd()
+
+    async def end(self) -> None:
+        """Close the input after the writes already waiting: the child sees end of input."""
+        async with self._lock:
+            self._closing = True
+            self._close_fd()
+
+    def close(self) -> None:
+        """Close the input now, or as soon as the write under way ends; later writes fail."""
+        self._closing = True
+        if not self._lock.locked():
+            self._close_fd()
+
+    def _close_fd(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:  # once: the descriptor's number may be reused after
+            os.close(fd)
+
+
 @dataclass
 class PipedChild:
     """A child just started by ``spawn_piped``, with this worker's ends of its pipes."""
@@ -407,6 +456,7 @@ class ManagedProcess:
         self.stdout_reads = 0  # reads of stdout so far: a burst of lines takes few (see READ_INTERVAL)
         self.output_ended = False  # the child closed its stdout: it is on its way out
         self._exit_code: int | None = None  # set once stop() has reaped the tree
+        self.input: ChildInput | None = None  # the open stdin of a child spawned without stdin_data
 
     @classmethod
     async def spawn(
@@ -415,16 +465,24 @@ class ManagedProcess:
         *,
         cwd: Path,
         env: dict[str, str],
-        stdin_data: bytes,
+        stdin_data: bytes | None,
         max_line_bytes: int = DEFAULT_MAX_LINE,
         queue_size: int = 1024,
         nice: int = 0,
     ) -> ManagedProcess:
-        """Start ``argv`` in a session of its own, ``nice`` lower in priority (see ``lower_priority``)."""
+        """Start ``argv`` in a session of its own, ``nice`` lower in priority (see ``lower_priority``).
+
+        ``stdin_data`` is fed to the child and its input closed; with None the input
+        stays open as ``input`` instead."""
         piped = await spawn_piped(argv, cwd=cwd, env=env, nice=nice)
         managed = cls(piped.child, max_line_bytes=max_line_bytes, queue_size=queue_size)
+        feed: list[asyncio.Task[None]] = []
+        if stdin_data is None:
+            managed.input = ChildInput(piped.stdin)
+        else:
+            feed.append(asyncio.create_task(_feed(piped.stdin, stdin_data)))
         managed._tasks = [
-            asyncio.create_task(_feed(piped.stdin, stdin_data)),
+            *feed,
             asyncio.create_task(managed._drain_stdout(piped.stdout, piped.stdout_transport)),
             asyncio.create_task(managed._drain_stderr(piped.stderr, piped.stderr_transport)),
         ]
@@ -511,9 +569,6 @@ class ManagedProcess:
         except asyncio.QueueEmpty:
             return TIMEOUT
 
-    def ack(self) -> None:
-        """Nothing to do: lines need no acknowledgement here (see the SDK engine's)."""
-
     async def stop(self, *, grace: float = KILL_GRACE) -> int:
         """Terminate the whole tree, kill what is left after ``grace``, reap the child.
 
@@ -538,6 +593,8 @@ class ManagedProcess:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=1)
+        if self.input is not None:
+            self.input.close()
         self._exit_code = code
         return code
 

@@ -1,12 +1,14 @@
 """The run supervisor: one asyncio task per run, in the web worker that started it.
 
-It spawns ``claude -p --output-format stream-json`` (see ``cli``), reads its stdout with
-the design card's 2-second timeouts, translates each line into named events appended to
-the run's Redis stream (which any worker's SSE view can serve), and on each timeout
-checks the Redis question cache so a question the relay could not push still reaches
-the browser. It enforces the run's limits, obeys cancel requests from any worker, and on
-every ending stops and reaps the CLI's whole process group, records the outcome and
-keeps the events in the database.
+It starts the run's turn on the project's engine (``engines.cli``: ``claude -p
+--output-format stream-json``; ``engines.sdk``: the same CLI through claude-agent-sdk),
+reads the turn's stream-json messages with the design card's 2-second timeouts,
+translates each into named events appended to the run's Redis stream (which any
+worker's SSE view can serve), and on each timeout checks the Redis question cache so a
+question the relay could not push still reaches the browser. It enforces the run's
+limits, obeys cancel requests from any worker, and on every ending stops the turn (which
+reaps the CLI's whole process tree), records the outcome and keeps the events in the
+database. Both engines share all of this; only starting the turn differs.
 """
 
 from __future__ import annotations
@@ -29,25 +31,26 @@ from django.utils import timezone
 from askuser import facade as askuser
 from core import events
 from core.events import Event
-from core.redis import decode_json, get_async_redis
+from core.redis import get_async_redis
 
 from . import live, markdown
-from .cli import build_command, child_env, find_claude_cli
+from .engines import cli as cli_engine
 from .engines import sdk as sdk_engine
+from .engines.base import Garbage, Item, Turn, TurnRequest, TurnStarter
 from .event_history import all_events, persist_events
 from .models import Conversation, Engine, Project, Run, RunStatus
-from .processes import TIMEOUT, Line, ManagedProcess
+from .processes import LineTimeout
 from .services import run_state
 from .services.run_state import Outcome
 from .translate import translate
-from .workspaces import mcp_server_registered, workspace_path, workspace_sync
+from .workspaces import workspace_path, workspace_sync
 
 logger = logging.getLogger(__name__)
 
 WORKER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 OWNER_TTL = 30  # seconds; refreshed on every loop turn while the run lives
 MAX_GARBAGE_EVENTS = 5
-BATCH_LINES = 500  # the most ready lines handled before one flush to Redis
+BATCH_ITEMS = 500  # the most ready messages handled before one flush to Redis
 
 MSG_CANCELLED = "Cancelled by the user."
 MSG_SHUTDOWN = "The server shut down while Claude was working."
@@ -60,6 +63,7 @@ MSG_SPAWN_FAILED = "Could not start Claude Code: {error}"
 MSG_REDIS_LOST = "Lost the connection to Redis ({error}); the run was stopped."
 
 _tasks: dict[int, asyncio.Task[None]] = {}
+ENGINES: dict[str, TurnStarter] = {Engine.CLI: cli_engine.start_turn, Engine.SDK: sdk_engine.start_turn}
 
 
 @dataclass
@@ -100,15 +104,13 @@ def _same_block(pending: tuple[str, dict[str, Any]], delta: dict[str, Any]) -> b
 class RunSupervisor:
     def __init__(self, run_id: int) -> None:
         self.run_id = run_id
-        self.process: ManagedProcess | sdk_engine.SDKTurn | None = None
+        self.turn: Turn | None = None
         self.stop_status: str | None = None
         self.stop_message = ""
         self.result: dict[str, Any] | None = None
         self.errors: list[str] = []
         self.garbage = 0
         self.ask_user = False
-        self.ask_user_timeout = settings.ASK_USER_DEFAULT_TIMEOUT
-        self.relay: askuser.RelaySession | None = None
         # Ids of the ask tools' calls: only their results are checked against the answer.
         self.ask_tool_use_ids: set[str] = set()
         self.emitted: list[Event] = []
@@ -117,7 +119,7 @@ class RunSupervisor:
         self._batching = False
 
     async def emit(self, event: str, data: dict[str, Any]) -> None:
-        """Append an event; inside a batch of ready lines it waits for the batch's flush."""
+        """Append an event; inside a batch of ready messages it waits for the batch's flush."""
         if event == "text_delta" and self._pending and _same_block(self._pending[-1], data):
             # Deltas of one block that arrived together become one: the same text in the
             # same order, at a fraction of the per-event cost when the CLI prints in bursts.
@@ -140,8 +142,8 @@ class RunSupervisor:
         """Stop the CLI; the read loop then sees end of output and records ``status``."""
         if self.stop_status is None:
             self.stop_status, self.stop_message = status, message
-        if self.process is not None:
-            self.process.terminate()
+        if self.turn is not None:
+            self.turn.terminate()
 
     async def execute(self) -> None:
         ctx = await sync_to_async(_load_context)(self.run_id)
@@ -153,10 +155,8 @@ class RunSupervisor:
             await self.emit("run_status", {"status": RunStatus.RUNNING})
             if await live.cancel_requested(self.run_id):
                 self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
-            elif ctx.run.engine == Engine.SDK:
-                outcome = await self._run_sdk(ctx)
             else:
-                outcome = await self._run_cli(ctx)
+                outcome = await self._run(ctx)
         except asyncio.CancelledError:
             self.request_stop(RunStatus.CANCELLED, MSG_SHUTDOWN)
             raise
@@ -173,105 +173,73 @@ class RunSupervisor:
             # Shielded: a shutdown must not interrupt the clean-up it asked for.
             await asyncio.shield(self._finish(ctx, outcome))
 
-    async def _run_cli(self, ctx: RunContext) -> Outcome:
+    async def _run(self, ctx: RunContext) -> Outcome:
+        """Start the turn on the run's engine, read it to the end, judge how it went."""
         project = ctx.project
         root = workspace_path(project)
         if not root.exists():
             await sync_to_async(workspace_sync)(project=project)
-        self.ask_user = mcp_server_registered(project)
-        self.ask_user_timeout = project.ask_user_timeout
-        config_path = None
-        if self.ask_user:
-            self.relay = await askuser.relay_session_open(
+        start = ENGINES.get(ctx.run.engine, cli_engine.start_turn)
+        self.turn = turn = await start(
+            TurnRequest(
                 run_id=self.run_id,
-                project_id=project.pk,
+                project=project,
+                root=root,
+                prompt=ctx.run.prompt,
+                resume_session_id=ctx.conversation.claude_session_id,
                 stream_token=str(ctx.run.stream_token),
-                timeout=project.ask_user_timeout,
             )
-            config_path = self.relay.config_path
-        command = build_command(
-            cli=find_claude_cli(), project=project, resume_session_id=ctx.conversation.claude_session_id
         )
-        env = child_env(ask_user_config=config_path, ask_user_timeout=project.ask_user_timeout)
-        self.process = await ManagedProcess.spawn(
-            command, cwd=root, env=env, stdin_data=ctx.run.prompt.encode(), nice=settings.CLAUDE_CLI_NICE
-        )
-        if self.stop_status is not None:  # cancelled while spawning
-            self.process.terminate()
-        await self._read_loop(ctx)
-        code = await self.process.stop()
-        return self._outcome(code)
-
-    async def _run_sdk(self, ctx: RunContext) -> Outcome:
-        """The same turn through claude-agent-sdk: AskUserQuestion becomes the card (see ``engines``)."""
-        project = ctx.project
-        root = workspace_path(project)
-        if not root.exists():
-            await sync_to_async(workspace_sync)(project=project)
-        self.ask_user = sdk_engine.ask_user_enabled(project)
-        self.ask_user_timeout = project.ask_user_timeout
-        turn = sdk_engine.SDKTurn(
-            run_id=self.run_id,
-            project=project,
-            root=root,
-            resume_session_id=ctx.conversation.claude_session_id,
-            prompt=ctx.run.prompt,
-        )
-        self.process = turn
+        self.ask_user = turn.ask_user
         if self.stop_status is not None:  # cancelled while starting
             turn.terminate()
-        await self._read_loop(ctx)
+        await self._read_until_the_end(ctx)
+        await self._emit_held_text()
         code = await turn.stop()
         self.errors.extend(turn.errors)
         return self._outcome(code)
 
-    async def _read_loop(self, ctx: RunContext) -> None:
-        await self._read_until_the_end(ctx)
-        await self._emit_held_text()
-
     async def _read_until_the_end(self, ctx: RunContext) -> None:
-        assert self.process is not None
+        assert self.turn is not None
         loop = asyncio.get_running_loop()
         started = last_output = loop.time()
         while True:
-            item = await self.process.next_line(settings.RUN_READ_TIMEOUT)
+            item = await self.turn.next_item(settings.RUN_READ_TIMEOUT)
             now = loop.time()
             if item is None:
                 return
-            if isinstance(item, Line):
+            if isinstance(item, LineTimeout):
+                if await self._on_idle():
+                    last_output = now  # waiting for the user is not idleness
+            else:
                 last_output = now
                 if await self._handle_ready(ctx, item):
                     return
-            else:
-                assert item is TIMEOUT
-                if await self._on_idle():
-                    last_output = now  # waiting for the user is not idleness
             if self.stop_status is None:
                 self._check_limits(now - started, now - last_output)
 
-    async def _handle_ready(self, ctx: RunContext, first: Line) -> bool:
-        """Handle ``first`` and every line already waiting behind it as one batch.
+    async def _handle_ready(self, ctx: RunContext, first: Item) -> bool:
+        """Handle ``first`` and every item already waiting behind it as one batch.
 
-        A lone line (the usual, paced case) is flushed at once; a burst shares one Redis
-        round trip. Returns True at the end of output.
+        A lone message (the usual, paced case) is flushed at once; a burst shares one
+        Redis round trip. Returns True at the end of output.
         """
-        assert self.process is not None
+        assert self.turn is not None
         self._batching = True
         ended = False
         try:
-            await self._on_line(ctx, first)
-            for _ in range(BATCH_LINES - 1):
-                item = self.process.ready_line()
+            await self._on_item(ctx, first)
+            for _ in range(BATCH_ITEMS - 1):
+                item = self.turn.ready_item()
                 if item is None:
                     ended = True
                     break
-                if not isinstance(item, Line):
+                if isinstance(item, LineTimeout):
                     break
-                await self._on_line(ctx, item)
+                await self._on_item(ctx, item)
         finally:
             self._batching = False
         await self._flush()
-        self.process.ack()
         return ended
 
     def _check_limits(self, elapsed: float, idle: float) -> None:
@@ -290,19 +258,15 @@ class RunSupervisor:
             return False
         return await askuser.show_waiting_question(self.run_id)
 
-    async def _on_line(self, ctx: RunContext, line: Line) -> None:
-        if line.truncated:
-            limit = len(line.data) // (1024 * 1024)
-            await self.emit("error", {"message": MSG_TRUNCATED.format(limit=limit)})
+    async def _on_item(self, ctx: RunContext, item: Item) -> None:
+        if isinstance(item, Garbage):
+            await self._on_garbage(item)
             return
-        raw = askuser.redact_tokens(line.data)
+        parsed = item.data
         try:
-            parsed = decode_json(raw)
-            translated = translate(parsed) if isinstance(parsed, dict) else None
-        except ValueError:  # not JSON, not UTF-8, or not shaped like stream-json
-            translated = None
-        if translated is None or not isinstance(parsed, dict):
-            await self._on_garbage(raw)
+            translated = translate(parsed)
+        except ValueError:  # JSON, but not shaped like stream-json
+            await self._on_garbage(Garbage(item.line))
             return
         if parsed.get("type") == "system" and parsed.get("subtype") == "init" and parsed.get("session_id"):
             await sync_to_async(_save_session_id)(ctx.conversation.pk, str(parsed["session_id"]))
@@ -339,16 +303,20 @@ class RunSupervisor:
             if text:
                 await self.emit("text_delta", {"text": text, "index": index, "parent_tool_use_id": parent})
 
-    async def _on_garbage(self, data: bytes) -> None:
+    async def _on_garbage(self, garbage: Garbage) -> None:
+        if garbage.truncated:
+            limit = len(garbage.data) // (1024 * 1024)
+            await self.emit("error", {"message": MSG_TRUNCATED.format(limit=limit)})
+            return
         self.garbage += 1
-        preview = data[:200].decode("utf-8", "replace").strip()
+        preview = garbage.data[:200].decode("utf-8", "replace").strip()
         message = MSG_NOT_JSON.format(preview=preview)
         if len(self.errors) < MAX_GARBAGE_EVENTS:
             self.errors.append(message)
             await self.emit("error", {"message": message})
 
     def _outcome(self, code: int) -> Outcome:
-        assert self.process is not None
+        assert self.turn is not None
         if self.result is not None and not self.result.get("is_error") and code == 0:
             return Outcome(status=RunStatus.COMPLETED, exit_code=code, result=self.result)
         reasons = list(self.errors)
@@ -362,7 +330,7 @@ class RunSupervisor:
             status=RunStatus.FAILED,
             exit_code=code,
             error="\n".join(reasons),
-            stderr=self.process.stderr_tail().strip(),
+            stderr=self.turn.stderr_tail().strip(),
             result=self.result or {},
         )
 
@@ -389,12 +357,10 @@ class RunSupervisor:
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def _finish(self, ctx: RunContext, outcome: Outcome) -> None:
-        """Reap the CLI, kill the relay secrets, then record the outcome: the database
-        first, so a Redis outage cannot lose it, then the closing events."""
-        if self.process is not None:
-            outcome.exit_code = await self.process.stop()
-        if self.relay is not None:
-            await askuser.relay_close(self.relay)
+        """Stop the turn (which reaps the CLI and kills the relay secrets), then record the
+        outcome: the database first, so a Redis outage cannot lose it, then the closing events."""
+        if self.turn is not None:
+            outcome.exit_code = await self.turn.stop()
         await sync_to_async(_record_outcome)(self.run_id, outcome)
         try:
             await self._close_live(ctx, outcome)

@@ -1,8 +1,9 @@
-"""Engines other than the plain CLI that run one Claude turn for the run supervisor.
+"""The engines that run one Claude turn for the run supervisor (``runner``).
 
-The CLI engine is the supervisor's own path (``runner`` + ``cli``). ``sdk`` runs the turn
-through claude-agent-sdk's ``ClaudeSDKClient`` so the built-in ``AskUserQuestion`` reaches
-the app through ``can_use_tool``; it hands the supervisor an object with the same
-interface as ``processes.ManagedProcess``, so limits, cancel, events and clean-up are
-shared, not copied.
+``base`` says what the supervisor needs of a turn (the ``Turn`` protocol: stream-json
+messages with timeouts, terminate, stop, the stderr tail). ``cli`` runs ``claude -p``
+with the prompt on stdin; ``sdk`` runs the same CLI through claude-agent-sdk's
+``ClaudeSDKClient``, so the built-in ``AskUserQuestion`` reaches the app through
+``can_use_tool``. Each engine only starts its turn; the supervisor's read loop, limits,
+cancel, outcome and clean-up are written once for both.
 """

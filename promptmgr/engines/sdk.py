@@ -1,23 +1,22 @@
 """The SDK engine: one prompt through claude-agent-sdk's ``ClaudeSDKClient``.
 
-``SDKTurn`` drives the client in a task of its own and offers the run supervisor the
-interface of ``processes.ManagedProcess`` (``next_line``, ``terminate``, ``stop``,
-``stderr_tail``): the supervisor reads the CLI's stream-json messages with its 2-second
-timeouts and translates them with the CLI engine's code, so both engines produce the same
-events, limits, cancel and clean-up. Messages come from the transport's tap, not from the
-SDK's typed objects, which drop message types (``tool_progress``) the browser shows.
+``SDKTurn`` drives the client in a task of its own and is a ``base.Turn`` to the run
+supervisor, which reads the CLI's stream-json messages with its 2-second timeouts and
+translates them with the same code as the CLI engine's, so both engines produce the same
+events, limits, cancel and clean-up. Messages come from the transport's tap, as the CLI
+printed them, not from the SDK's typed objects, which drop message types
+(``tool_progress``) the browser shows. The built-in ``AskUserQuestion`` reaches the app
+through ``can_use_tool`` (``permissions``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
-from collections import deque
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from claude_agent_sdk import (
     TERMINAL_TASK_STATUSES,
@@ -35,18 +34,18 @@ from django.conf import settings
 
 from promptmgr.cli import child_env, find_claude_cli
 from promptmgr.models import PermissionMode, Project
-from promptmgr.processes import DEFAULT_MAX_LINE, KILL_GRACE, TIMEOUT, Line, LineTimeout, ProcessTree
+from promptmgr.processes import TIMEOUT, LineTimeout
 
+from .base import Item, TurnRequest
 from .permissions import ASK_USER_QUESTION, PermissionGate
-from .transport import IsolatedCLITransport
+from .transport import IsolatedCLITransport, sdk_command
 
 MSG_NO_BYPASS = "The SDK engine cannot run in bypassPermissions mode; choose another permission mode."
 MSG_SDK_FAILED = "Claude Agent SDK: {error}"
-# The SDK's close() waits up to 5 s for the CLI to exit after stdin closes (it flushes the
-# session meanwhile), then 5 s after SIGTERM, then kills it: ~20 s at worst.
+# The transport's close() waits up to 5 s for the CLI to exit after its input ends (it
+# saves the session meanwhile), then reaps the tree: ~13 s at worst.
 DISCONNECT_TIMEOUT = 30.0
 CAUGHT_UP_TIMEOUT = 2.0
-STDERR_TAIL_LINES = 200
 # Task types whose completion starts another turn (the SDK's DEFERRING_TASK_TYPES).
 AGENT_TASK_TYPES = frozenset({"local_agent", "local_workflow"})
 
@@ -88,38 +87,85 @@ def sdk_options(
         include_partial_messages=True,
         can_use_tool=gate.can_use_tool,
         disallowed_tools=[] if gate.ask_user else [ASK_USER_QUESTION],
-        # The CLI engine reads lines of any length; the SDK refuses those over 1 MB by default.
-        max_buffer_size=DEFAULT_MAX_LINE,
     )
 
 
+class Handoff:
+    """Items on their way from the transport's tap to the supervisor, and how far the
+    supervisor has got with them (see ``Turn.next_item``)."""
+
+    def __init__(self) -> None:
+        self._items: asyncio.Queue[Item | None] = asyncio.Queue()
+        self._received = 0  # items put so far
+        self._handed_out = 0  # items the supervisor took
+        self._handled = 0  # items the supervisor is done with
+        self._progress = asyncio.Event()
+
+    def put(self, item: Item) -> None:
+        self._received += 1
+        self._items.put_nowait(item)
+
+    def end(self) -> None:
+        self._items.put_nowait(None)
+
+    async def next(self, timeout: float) -> Item | None | LineTimeout:
+        """The next item, None at the end, or TIMEOUT; asking says those taken before are handled."""
+        self._handled = self._handed_out
+        self._progress.set()
+        try:
+            item = await asyncio.wait_for(self._items.get(), timeout)
+        except TimeoutError:
+            return TIMEOUT
+        return self._hand_out(item)
+
+    def ready(self) -> Item | None | LineTimeout:
+        try:
+            item = self._items.get_nowait()
+        except asyncio.QueueEmpty:
+            return TIMEOUT
+        return self._hand_out(item)
+
+    def _hand_out(self, item: Item | None) -> Item | None:
+        if item is not None:
+            self._handed_out += 1
+        return item
+
+    async def caught_up(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` seconds) until every item put so far is handled."""
+        target = self._received
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                while self._handled < target:
+                    self._progress.clear()
+                    await self._progress.wait()
+
+
 class SDKTurn:
-    """One run's prompt through the SDK, seen by the run supervisor as a process."""
+    """One run's prompt through the SDK, a ``base.Turn`` to the run supervisor."""
 
     def __init__(
         self, *, run_id: int, project: Project, root: Path, resume_session_id: str, prompt: str
     ) -> None:
         self.stopping = asyncio.Event()
         self.errors: list[str] = []
+        self.ask_user = ask_user_enabled(project)
         self.gate = PermissionGate(
             run_id=run_id,
             permission_mode=project.permission_mode,
-            ask_user=ask_user_enabled(project),
+            ask_user=self.ask_user,
             stopping=self.stopping,
             caught_up=self.caught_up,
         )
         options = sdk_options(project=project, root=root, resume_session_id=resume_session_id, gate=self.gate)
-        self._messages: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
-        self._unacked = 0  # lines handed out but not yet flushed to the event stream
+        self._handoff = Handoff()
         self._ended = False
-        self._tree: ProcessTree | None = None
         self._exit_code: int | None = None
-        self._stderr: deque[str] = deque(maxlen=STDERR_TAIL_LINES)
         self.transport = IsolatedCLITransport(
             # What ClaudeSDKClient does to the options of a transport it builds itself.
-            replace(options, permission_prompt_tool_name="stdio", stderr=self._stderr.append),
+            sdk_command(replace(options, permission_prompt_tool_name="stdio")),
+            cwd=root,
             env=options.env,
-            on_message=self._messages.put_nowait,
+            on_item=self._handoff.put,
             on_end=self._end_output,
         )
         self._client = ClaudeSDKClient(options, transport=self.transport)
@@ -152,7 +198,7 @@ class SDKTurn:
             if not self.stopping.is_set():
                 self.errors.append(MSG_SDK_FAILED.format(error=exc))
         finally:
-            # Closing stdin lets the CLI save the session and exit (bounded inside the SDK).
+            # Closing stdin lets the CLI save the session and exit (bounded by the transport).
             with contextlib.suppress(Exception):
                 await self._client.disconnect()
             self._end_output()
@@ -160,52 +206,22 @@ class SDKTurn:
     def _end_output(self) -> None:
         if not self._ended:
             self._ended = True
-            self._messages.put_nowait(None)
+            self._handoff.end()
 
-    async def next_line(self, timeout: float) -> Line | None | LineTimeout:
-        """The next stream-json line, None at the end of output, or TIMEOUT."""
-        try:
-            message = await asyncio.wait_for(self._messages.get(), timeout)
-        except TimeoutError:
+    async def next_item(self, timeout: float) -> Item | None | LineTimeout:
+        item = await self._handoff.next(timeout)
+        process = self.transport.process
+        if item is TIMEOUT and process is not None:
             # A quiet moment: note the groups of Bash commands started meanwhile.
-            if self.tree is not None:
-                self.tree.collect()
-            return TIMEOUT
-        return self._hand_out(message)
+            process.tree.collect()
+        return item
 
-    def ready_line(self) -> Line | None | LineTimeout:
-        """A line that is already waiting, without waiting; TIMEOUT when there is none."""
-        try:
-            message = self._messages.get_nowait()
-        except asyncio.QueueEmpty:
-            return TIMEOUT
-        return self._hand_out(message)
-
-    def _hand_out(self, message: dict[str, Any] | None) -> Line | None:
-        if message is None:
-            self._messages.task_done()
-            return None
-        self._unacked += 1
-        return Line(json.dumps(message, ensure_ascii=False).encode())
-
-    def ack(self) -> None:
-        """The supervisor has put every line handed out so far into the event stream."""
-        for _ in range(self._unacked):
-            self._messages.task_done()
-        self._unacked = 0
+    def ready_item(self) -> Item | None | LineTimeout:
+        return self._handoff.ready()
 
     async def caught_up(self) -> None:
         """Wait (briefly) until the supervisor has handled every message received so far."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._messages.join(), CAUGHT_UP_TIMEOUT)
-
-    @property
-    def tree(self) -> ProcessTree | None:
-        """The CLI's process tree, once the transport has started it."""
-        process = self.transport.spawned
-        if self._tree is None and process is not None:
-            self._tree = ProcessTree(process.pid)
-        return self._tree
+        await self._handoff.caught_up(CAUGHT_UP_TIMEOUT)
 
     def terminate(self) -> None:
         """SIGTERM the CLI and every process group below it (each Bash command has one).
@@ -214,15 +230,11 @@ class SDKTurn:
         the supervisor's read loop with it.
         """
         self.stopping.set()
-        if self.tree is not None:
-            self.tree.terminate(kill_after=KILL_GRACE)
+        if self.transport.process is not None:
+            self.transport.process.terminate()
 
-    def _exited(self) -> bool:
-        process = self.transport.spawned
-        return process is None or process.returncode is not None
-
-    async def stop(self, *, grace: float = KILL_GRACE) -> int:
-        """End the turn: let the SDK close the CLI, kill what is left, return the exit code.
+    async def stop(self) -> int:
+        """End the turn: let the SDK close the CLI, reap what is left, return the exit code.
 
         The supervisor calls it when the output ends and again when the run finishes.
         """
@@ -230,28 +242,28 @@ class SDKTurn:
             return self._exit_code
         if not self._ended:
             self.terminate()  # stopped while output still flowed
-        tree = self.tree
-        if self.stopping.is_set() and tree is not None and not await tree.wait_gone(grace):
-            tree.send(signal.SIGKILL)
         try:
             await asyncio.wait_for(asyncio.shield(self._driver), DISCONNECT_TIMEOUT)
         except TimeoutError:
-            if tree is not None:
-                tree.send(signal.SIGKILL)
+            if self.transport.process is not None:
+                self.transport.process.tree.send(signal.SIGKILL)
             self._driver.cancel()
-        # Whatever is left of the CLI's group and the groups seen below it goes too.
-        if self.tree is not None:
-            await self.tree.reap(grace, also=self._exited)
-        self._exit_code = await self._wait_for_exit()
+        # The CLI's group and the groups seen below it go too, whatever the SDK left.
+        process = self.transport.process
+        self._exit_code = -1 if process is None else await process.stop()
         return self._exit_code
 
-    async def _wait_for_exit(self) -> int:
-        process = self.transport.spawned
-        if process is None:
-            return -1
-        with contextlib.suppress(TimeoutError):
-            return await asyncio.wait_for(process.wait(), 5)
-        return -1
-
     def stderr_tail(self, limit: int = 4000) -> str:
-        return "\n".join(self._stderr)[-limit:]
+        process = self.transport.process
+        return "" if process is None else process.stderr_tail(limit)
+
+
+async def start_turn(request: TurnRequest) -> SDKTurn:
+    """Start the SDK client on the run's prompt (it connects in a task of its own)."""
+    return SDKTurn(
+        run_id=request.run_id,
+        project=request.project,
+        root=request.root,
+        resume_session_id=request.resume_session_id,
+        prompt=request.prompt,
+    )

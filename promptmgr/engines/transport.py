@@ -1,35 +1,32 @@
 """The SDK engine's Claude Code process, held to the rules the CLI engine's follows.
 
-claude-agent-sdk 0.2.187's ``SubprocessCLITransport`` starts the CLI with the whole server
-environment underneath ``options.env`` (so SECRET_KEY, DATABASE_URL… would reach Claude
-and every tool it runs), in the server's own process group, and its ``close()`` signals
-the CLI alone. This subclass starts the very same command line with only the allowlisted
-environment, in a session of its own, started with vfork as the CLI engine's is
-(``PipedProcess``, not ``anyio.open_process``), and copies every message the CLI prints
-to a callback, so the run supervisor sees exactly the stream-json lines the CLI engine sees.
-
-The CLI runs each Bash command in a session of its own, so killing the CLI's group is not
-enough: ``processes.ProcessTree`` signals the groups of the whole process tree.
+claude-agent-sdk 0.2.187's own ``SubprocessCLITransport`` starts the CLI with the whole
+server environment underneath ``options.env`` (so SECRET_KEY, DATABASE_URL… would reach
+Claude and every tool it runs), in the server's own process group, and its ``close()``
+signals the CLI alone. ``IsolatedCLITransport`` implements the SDK's public ``Transport``
+over a ``processes.ManagedProcess`` instead: the SDK's command line with only the
+allowlisted environment, in a session of its own, started with vfork, read as the CLI
+engine reads its CLI (lines of any length, paced), and on close the whole process tree
+is reaped. Every item read is handed to a tap, so the run supervisor sees exactly what
+the CLI printed, as the CLI engine's supervisor does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
-from anyio import ClosedResourceError, EndOfStream
-from anyio.abc import ByteReceiveStream, ByteSendStream, Process
-from anyio.streams.text import TextReceiveStream, TextSendStream
-from claude_agent_sdk import ClaudeAgentOptions, CLIConnectionError, __version__
-from claude_agent_sdk._internal._task_compat import spawn_detached
+from claude_agent_sdk import ClaudeAgentOptions, CLIConnectionError, ProcessError, Transport, __version__
 from claude_agent_sdk._internal.transport.subprocess_cli import SubprocessCLITransport
 from django.conf import settings
 
-from promptmgr.processes import PipedChild, SpawnedChild, spawn_piped, write_all
+from core.redis import decode_json
+from promptmgr.processes import ChildInput, Line, ManagedProcess
+
+from .base import Item, Message, read_line
 
 # What the SDK's own transport adds to the CLI's environment (see its ``connect()``).
 SDK_ENV = {
@@ -37,139 +34,122 @@ SDK_ENV = {
     "CLAUDE_AGENT_SDK_VERSION": __version__,
     "CLAUDE_CODE_SDK_READS_SESSION_STATE": "1",
 }
+# As the SDK's close(): the CLI saves its session once its input ends; give it this long
+# (seconds) to exit by itself before the tree is terminated.
+EXIT_AFTER_INPUT = 5.0
 
 
-class _PipeReceiveStream(ByteReceiveStream):
-    """One of the child's output pipes as the anyio stream the SDK reads."""
-
-    def __init__(self, reader: asyncio.StreamReader, transport: asyncio.ReadTransport) -> None:
-        self._reader = reader
-        self._transport = transport
-
-    async def receive(self, max_bytes: int = 65536) -> bytes:
-        data = await self._reader.read(max_bytes)
-        if not data:
-            raise EndOfStream
-        return data
-
-    async def aclose(self) -> None:
-        self._reader.set_exception(ClosedResourceError())
-        self._transport.close()
+def sdk_command(options: ClaudeAgentOptions) -> list[str]:
+    """The command line ``ClaudeSDKClient`` would start for ``options``."""
+    # The SDK offers no public way to turn options into CLI flags; copying them would drift.
+    return SubprocessCLITransport(prompt="", options=options)._build_command()
 
 
-class _PipeSendStream(ByteSendStream):
-    """The child's input pipe as the anyio stream the SDK writes to."""
-
-    def __init__(self, fd: int) -> None:
-        self._fd: int | None = fd
-
-    async def send(self, item: bytes) -> None:
-        if self._fd is None:
-            raise ClosedResourceError
-        await write_all(self._fd, item)
-
-    async def aclose(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:  # once: the descriptor's number may be reused after
-            os.close(fd)
-
-
-class PipedProcess(Process):
-    """The CLI started by ``processes.spawn_piped``, as the anyio process the SDK's
-    transport would get from ``anyio.open_process`` (why not that: ``SpawnedChild``)."""
-
-    def __init__(self, piped: PipedChild) -> None:
-        self._child: SpawnedChild = piped.child
-        self._stdin = _PipeSendStream(piped.stdin)
-        self._stdout = _PipeReceiveStream(piped.stdout, piped.stdout_transport)
-        self._stderr = _PipeReceiveStream(piped.stderr, piped.stderr_transport)
-
-    async def aclose(self) -> None:
-        for stream in (self._stdin, self._stdout, self._stderr):
-            await stream.aclose()
-        await self.wait()
-
-    async def wait(self) -> int:
-        return await self._child.wait()
-
-    def send_signal(self, sig: signal.Signals) -> None:
-        if self._child.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, sig)
-
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-    @property
-    def pid(self) -> int:
-        return self._child.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._child.returncode
-
-    @property
-    def stdin(self) -> ByteSendStream:
-        return self._stdin
-
-    @property
-    def stdout(self) -> ByteReceiveStream:
-        return self._stdout
-
-    @property
-    def stderr(self) -> ByteReceiveStream:
-        return self._stderr
-
-
-class IsolatedCLITransport(SubprocessCLITransport):
-    """``SubprocessCLITransport`` with our environment, a new session and a message tap."""
+class IsolatedCLITransport(Transport):
+    """The SDK's ``Transport`` over a CLI started with our environment, in a new session,
+    each item it prints handed to ``on_item`` (and its end to ``on_end``)."""
 
     def __init__(
         self,
-        options: ClaudeAgentOptions,
+        command: list[str],
         *,
+        cwd: Path,
         env: dict[str, str],
-        on_message: Callable[[dict[str, Any]], None],
+        on_item: Callable[[Item], None],
         on_end: Callable[[], None],
     ) -> None:
-        super().__init__(prompt="", options=options)
+        self._command = command
+        self._cwd = cwd
         self._env = env
-        self._on_message = on_message
+        self._on_item = on_item
         self._on_end = on_end
-        # Kept after close(), which forgets its own handle: the pid and exit code live on.
-        self.spawned: Process | None = None
+        # Kept after close(): the supervisor asks it for the exit code and the stderr tail.
+        self.process: ManagedProcess | None = None
+        self._ready = False
 
     async def connect(self) -> None:
-        if self._process is not None:
+        if self.process is not None:
             return
-        env = {**self._env, **SDK_ENV}
-        if self._cwd:
-            env["PWD"] = self._cwd
+        env = {**self._env, **SDK_ENV, "PWD": str(self._cwd)}
         try:
-            process = PipedProcess(
-                await spawn_piped(
-                    self._build_command(), cwd=self._cwd, env=env, nice=settings.CLAUDE_CLI_NICE
-                )
+            self.process = await ManagedProcess.spawn(
+                self._command, cwd=self._cwd, env=env, stdin_data=None, nice=settings.CLAUDE_CLI_NICE
             )
         except OSError as exc:
             raise CLIConnectionError(f"Failed to start Claude Code: {exc}") from exc
-        self.spawned = self._process = process
-        self._stdout_stream = TextReceiveStream(process.stdout)
-        self._stdin_stream = TextSendStream(process.stdin)
-        self._stderr_stream = TextReceiveStream(process.stderr)
-        self._stderr_task = spawn_detached(self._handle_stderr())
         self._ready = True
 
-    def read_messages(self) -> AsyncIterator[dict[str, Any]]:
-        return self._tapped(super().read_messages())
+    def is_ready(self) -> bool:
+        return self._ready
 
-    async def _tapped(self, messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    def _input(self) -> ChildInput:
+        if self.process is None or self.process.input is None or not self._ready:
+            raise CLIConnectionError("ProcessTransport is not ready for writing")
+        return self.process.input
+
+    async def write(self, data: str) -> None:
+        stdin = self._input()
         try:
-            async for message in messages:
-                self._on_message(message)
-                yield message
+            await stdin.write(data.encode())
+        except OSError as exc:  # the input was closed, or the CLI is gone
+            self._ready = False
+            raise CLIConnectionError(f"Failed to write to process stdin: {exc}") from exc
+
+    async def end_input(self) -> None:
+        if self.process is not None and self.process.input is not None:
+            await self.process.input.end()
+
+    def read_messages(self) -> AsyncIterator[dict[str, Any]]:
+        return self._read()
+
+    async def _read(self) -> AsyncIterator[dict[str, Any]]:
+        """Every line to the tap; to the SDK only the JSON objects, unredacted.
+
+        As the SDK's own transport does, a CLI that exited with an error ends the reading
+        with ``ProcessError``, so requests still waiting for an answer fail at once.
+        """
+        process = self.process
+        if process is None:
+            raise CLIConnectionError("Not connected")
+        try:
+            while (line := await process.lines.get()) is not None:
+                tapped = read_line(line)
+                self._on_item(tapped)
+                message = _for_sdk(line, tapped)
+                if message is not None:
+                    yield message
         finally:
             self._on_end()
+        code = await process.wait()
+        if code != 0:
+            raise ProcessError(
+                f"Command failed with exit code {code}", exit_code=code, stderr=process.stderr_tail()
+            )
+
+    async def close(self) -> None:
+        """End the input, give the CLI ``EXIT_AFTER_INPUT`` to exit, then reap the whole tree.
+
+        Bounded (``ManagedProcess.stop`` is), as the SDK's ``Transport`` asks."""
+        self._ready = False
+        process = self.process
+        if process is None:
+            return
+        if process.input is not None:
+            process.input.close()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(process.wait()), EXIT_AFTER_INPUT)
+        await process.stop()
+
+
+def _for_sdk(line: Line, tapped: Item) -> dict[str, Any] | None:
+    """What the SDK gets of a line: the message as printed, tokens and all (the tap's copy
+    is redacted), or None for a line that is no JSON object."""
+    if not isinstance(tapped, Message):
+        return None
+    if tapped.line is line.data or tapped.line == line.data:  # no token: one parse serves both
+        return tapped.data
+    try:
+        data = decode_json(line.data)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

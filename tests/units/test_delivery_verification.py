@@ -1,6 +1,6 @@
 """Delivery verification: only the ask tool's own result is checked against the answer.
 
-The run supervisor's line handler is fed stream-json lines directly, with the test
+The run supervisor's message handler is fed stream-json lines directly, with the test
 database and the real Redis behind it; no CLI runs.
 """
 
@@ -17,6 +17,7 @@ from askuser.answers import normalize_answers
 from askuser.models import Question, QuestionSource
 from core import events as live
 from core.questions import AnswerIn, QuestionSpec
+from promptmgr.engines.base import Item, read_line
 from promptmgr.processes import Line
 from promptmgr.runner import RunContext, RunSupervisor
 from tests.helpers import make_run
@@ -31,14 +32,14 @@ QUESTION = {
 }
 
 
-def tool_use(tool_use_id: str, name: str) -> Line:
+def tool_use(tool_use_id: str, name: str) -> Item:
     block = {"type": "tool_use", "id": tool_use_id, "name": name, "input": {}}
-    return Line(json.dumps({"type": "assistant", "message": {"content": [block]}}).encode())
+    return read_line(Line(json.dumps({"type": "assistant", "message": {"content": [block]}}).encode()))
 
 
-def tool_result(tool_use_id: str, text: str) -> Line:
+def tool_result(tool_use_id: str, text: str) -> Item:
     block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": [{"type": "text", "text": text}]}
-    return Line(json.dumps({"type": "user", "message": {"content": [block]}}).encode())
+    return read_line(Line(json.dumps({"type": "user", "message": {"content": [block]}}).encode()))
 
 
 def supervisor_with_context(owner: Any) -> tuple[RunSupervisor, RunContext]:
@@ -68,15 +69,15 @@ async def test_an_unrelated_tool_result_neither_delivers_nor_mismatches_the_answ
     supervisor, ctx = await sync_to_async(supervisor_with_context)(alice)
     question_id = await answered_question(ctx.run.pk, alice)
 
-    await supervisor._on_line(ctx, tool_use("toolu_bash", "Bash"))
-    await supervisor._on_line(ctx, tool_result("toolu_bash", "total 0\ndrwxr-xr-x 2 root root 40 ."))
+    await supervisor._on_item(ctx, tool_use("toolu_bash", "Bash"))
+    await supervisor._on_item(ctx, tool_result("toolu_bash", "total 0\ndrwxr-xr-x 2 root root 40 ."))
 
     question = await Question.objects.aget(question_id=question_id)
     assert question.status == "answered" and question.delivery_mismatch == ""
     assert await verdicts(ctx.run.pk) == []
 
-    await supervisor._on_line(ctx, tool_use("toolu_ask", delivery.MCP_ASK_TOOL))
-    await supervisor._on_line(ctx, tool_result("toolu_ask", "User selected: PostgreSQL"))
+    await supervisor._on_item(ctx, tool_use("toolu_ask", delivery.MCP_ASK_TOOL))
+    await supervisor._on_item(ctx, tool_result("toolu_ask", "User selected: PostgreSQL"))
 
     question = await Question.objects.aget(question_id=question_id)
     assert question.status == "delivered" and question.delivered_at is not None
@@ -91,11 +92,11 @@ async def test_a_mismatch_is_recorded_and_reported_once_and_never_flipped(
     supervisor, ctx = await sync_to_async(supervisor_with_context)(alice)
     question_id = await answered_question(ctx.run.pk, alice)
 
-    await supervisor._on_line(ctx, tool_use("toolu_ask", delivery.MCP_ASK_TOOL))
-    await supervisor._on_line(ctx, tool_result("toolu_ask", "User selected: SQLite"))
+    await supervisor._on_item(ctx, tool_use("toolu_ask", delivery.MCP_ASK_TOOL))
+    await supervisor._on_item(ctx, tool_result("toolu_ask", "User selected: SQLite"))
     # A later ask result that would match must not turn the recorded mismatch into a delivery.
-    await supervisor._on_line(ctx, tool_use("toolu_again", delivery.MCP_ASK_TOOL))
-    await supervisor._on_line(ctx, tool_result("toolu_again", "User selected: PostgreSQL"))
+    await supervisor._on_item(ctx, tool_use("toolu_again", delivery.MCP_ASK_TOOL))
+    await supervisor._on_item(ctx, tool_result("toolu_again", "User selected: PostgreSQL"))
 
     question = await Question.objects.aget(question_id=question_id)
     assert question.status == "answered" and question.delivered_at is None
@@ -109,8 +110,8 @@ async def test_the_sdk_tools_result_marks_its_question_delivered(transactional_d
     question_id = await answered_question(ctx.run.pk, alice, source=QuestionSource.SDK)
     text = 'Your questions have been answered: "Which database?"="PostgreSQL". You can now continue.'
 
-    await supervisor._on_line(ctx, tool_use("toolu_sdk", delivery.SDK_ASK_TOOL))
-    await supervisor._on_line(ctx, tool_result("toolu_sdk", text))
+    await supervisor._on_item(ctx, tool_use("toolu_sdk", delivery.SDK_ASK_TOOL))
+    await supervisor._on_item(ctx, tool_result("toolu_sdk", text))
 
     assert (await Question.objects.aget(question_id=question_id)).status == "delivered"
     assert [v["ok"] for v in await verdicts(ctx.run.pk)] == [True]

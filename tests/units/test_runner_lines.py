@@ -1,4 +1,5 @@
-"""What the supervisor makes of the lines it reads: batches, cut lines, tokens, long replies."""
+"""What the supervisor makes of the messages it reads: batches, cut lines, garbage, tokens,
+long replies; and how a CLI line becomes a message."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 import pytest
 
 from core import events as live
+from promptmgr.engines.base import Garbage, Item, Message, read_line
 from promptmgr.processes import TIMEOUT, Line, LineTimeout
 from promptmgr.runner import RunSupervisor
 
@@ -20,7 +22,7 @@ async def test_an_over_long_line_is_left_out_with_a_message_that_says_so() -> No
     supervisor = RunSupervisor(run_id=424242)
     ctx: Any = None  # not needed for a line that is left out
 
-    await supervisor._on_line(ctx, Line(b"x" * (16 * MiB), truncated=True))
+    await supervisor._on_item(ctx, read_line(Line(b"x" * (16 * MiB), truncated=True)))
 
     [event] = await live.read_events(424242, 0)
     assert event.event == "error"
@@ -29,28 +31,29 @@ async def test_an_over_long_line_is_left_out_with_a_message_that_says_so() -> No
     }
 
 
-def delta_line(text: str, index: int = 0) -> Line:
+def message(data: dict[str, Any]) -> Item:
+    return read_line(Line(json.dumps(data).encode()))
+
+
+def delta_line(text: str, index: int = 0) -> Item:
     event = {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": text}}
-    return Line(json.dumps({"type": "stream_event", "event": event}).encode())
+    return message({"type": "stream_event", "event": event})
 
 
-class ReadyLines:
-    """A process whose further output is already waiting when the supervisor looks."""
+class ReadyItems:
+    """A turn whose further output is already waiting when the supervisor looks."""
 
-    def __init__(self, lines: list[Line]) -> None:
-        self.lines = lines
+    def __init__(self, items: list[Item]) -> None:
+        self.items = items
 
-    def ready_line(self) -> Line | LineTimeout:
-        return self.lines.pop(0) if self.lines else TIMEOUT
-
-    def ack(self) -> None:
-        pass
+    def ready_item(self) -> Item | LineTimeout:
+        return self.items.pop(0) if self.items else TIMEOUT
 
 
 async def test_deltas_of_one_block_that_arrive_together_become_one_event() -> None:
     supervisor = RunSupervisor(run_id=434343)
     burst = [delta_line("a"), delta_line("b"), delta_line("c"), delta_line("X", index=1), delta_line("d")]
-    supervisor.process = ReadyLines(burst[1:])  # type: ignore[assignment]
+    supervisor.turn = ReadyItems(burst[1:])  # type: ignore[assignment]
     ctx: Any = None  # stream_event lines need no run context
 
     await supervisor._handle_ready(ctx, burst[0])
@@ -61,7 +64,7 @@ async def test_deltas_of_one_block_that_arrive_together_become_one_event() -> No
 
 async def test_a_delta_that_arrives_alone_is_streamed_at_once_as_it_came() -> None:
     supervisor = RunSupervisor(run_id=454545)
-    supervisor.process = ReadyLines([])  # type: ignore[assignment]
+    supervisor.turn = ReadyItems([])  # type: ignore[assignment]
     ctx: Any = None
 
     await supervisor._handle_ready(ctx, delta_line("a"))
@@ -79,7 +82,7 @@ async def test_a_token_the_model_streams_in_pieces_never_reaches_the_event_strea
     ctx: Any = None
     # Each piece arrives on its own, as a model paced by the network streams it.
     for start in range(0, len(text), 5):
-        supervisor.process = ReadyLines([])  # type: ignore[assignment]
+        supervisor.turn = ReadyItems([])  # type: ignore[assignment]
         await supervisor._handle_ready(ctx, delta_line(text[start : start + 5]))
     await supervisor._emit_held_text()  # what the end of output does
 
@@ -104,9 +107,9 @@ async def test_text_streamed_before_a_long_reply_is_not_held_back_by_its_render(
     real_render = markdown.render_markdown_async
     monkeypatch.setattr(markdown, "render_markdown_async", render)
     assistant = {"type": "assistant", "message": {"content": [{"type": "text", "text": reply}]}}
-    burst = [delta_line("a"), delta_line("b"), Line(json.dumps(assistant).encode())]
+    burst = [delta_line("a"), delta_line("b"), message(assistant)]
     supervisor = RunSupervisor(run_id=474747)
-    supervisor.process = ReadyLines(burst[1:])  # type: ignore[assignment]
+    supervisor.turn = ReadyItems(burst[1:])  # type: ignore[assignment]
     ctx: Any = None
 
     await supervisor._handle_ready(ctx, burst[0])
@@ -115,3 +118,33 @@ async def test_text_streamed_before_a_long_reply_is_not_held_back_by_its_render(
     events = await live.read_events(474747, 0)
     assert [e.event for e in events] == ["text_delta", "assistant_text"]
     assert events[1].data["html"] == markdown.render_markdown(reply)
+
+
+async def test_json_of_the_wrong_shape_is_reported_as_the_line_the_cli_printed() -> None:
+    supervisor = RunSupervisor(run_id=484848)
+    ctx: Any = None
+    printed = b'{"type":"assistant","message":{"content":[1]}}'
+
+    await supervisor._on_item(ctx, read_line(Line(printed)))
+    await supervisor._on_item(ctx, read_line(Line(b"Segmentation fault")))
+    await supervisor._on_item(ctx, read_line(Line(b"[1, 2]")))
+
+    assert [e.data["message"] for e in await live.read_events(484848, 0)] == [
+        'Claude Code printed a line that is not stream-json: {"type":"assistant","message":{"content":[1]}}',
+        "Claude Code printed a line that is not stream-json: Segmentation fault",
+        "Claude Code printed a line that is not stream-json: [1, 2]",
+    ]
+    assert supervisor.garbage == 3 and len(supervisor.errors) == 3
+
+
+def test_a_relay_token_is_redacted_before_the_line_is_parsed() -> None:
+    import secrets
+
+    token = f"pmr_12_{secrets.token_urlsafe(32)}"
+    item = read_line(Line(json.dumps({"type": "user", "content": f"token {token}"}).encode()))
+
+    assert isinstance(item, Message)
+    assert item.data == {"type": "user", "content": "token pmr_[redacted]"}
+    assert token.encode() not in item.line
+    garbage = read_line(Line(f"not json {token}".encode()))
+    assert garbage == Garbage(b"not json pmr_[redacted]")

@@ -1,0 +1,104 @@
+"""What the run supervisor needs from a turn, whichever engine runs it.
+
+An engine starts a turn from a ``TurnRequest`` (``cli.start_turn``, ``sdk.start_turn``)
+and hands the supervisor (``runner``) a ``Turn``: the stream-json messages the CLI prints,
+parsed, with what is not stream-json kept as ``Garbage`` so the supervisor can report it.
+The supervisor's read loop, limits, cancel, outcome and clean-up are the same for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from askuser import facade as askuser
+from core.redis import decode_json
+from promptmgr.models import Project
+from promptmgr.processes import Line, LineTimeout
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One stream-json message and the line it was printed as (relay tokens redacted),
+    which an error shows when the message turns out not to be shaped like stream-json."""
+
+    data: dict[str, Any]
+    line: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Garbage:
+    """A line that is no JSON object, or the head of a line cut for its length."""
+
+    data: bytes
+    truncated: bool = False
+
+
+Item = Message | Garbage
+
+
+def read_line(line: Line) -> Item:
+    """A line the CLI printed on stdout, as the supervisor's item.
+
+    Relay tokens are redacted before the line is parsed, so none can reach the stream.
+    """
+    if line.truncated:
+        return Garbage(line.data, truncated=True)
+    raw = askuser.redact_tokens(line.data)
+    try:
+        data = decode_json(raw)
+    except ValueError:  # not JSON, or not UTF-8
+        return Garbage(raw)
+    return Message(data, raw) if isinstance(data, dict) else Garbage(raw)
+
+
+@dataclass(frozen=True)
+class TurnRequest:
+    """What an engine needs to start one run's turn."""
+
+    run_id: int
+    project: Project
+    root: Path  # the conversation's workspace, the CLI's working directory
+    prompt: str
+    resume_session_id: str  # Claude's session to resume, or ""
+    stream_token: str
+
+
+class Turn(Protocol):
+    """One running turn, as the supervisor reads and ends it."""
+
+    @property
+    def ask_user(self) -> bool:
+        """Whether Claude can ask the user in this turn (the supervisor then looks for cards)."""
+
+    @property
+    def errors(self) -> Sequence[str]:
+        """What went wrong in the engine itself, for the run's error; complete once stopped."""
+
+    async def next_item(self, timeout: float) -> Item | None | LineTimeout:
+        """The next item, None at the end of output, or ``TIMEOUT`` after ``timeout`` seconds.
+
+        Asking says that every item handed out before has been handled: its events are
+        in the run's stream (the SDK engine shows a question's card only after them).
+        """
+
+    def ready_item(self) -> Item | None | LineTimeout:
+        """An item that is already waiting, None at the end of output, else ``TIMEOUT``."""
+
+    def terminate(self) -> None:
+        """Ask the turn's whole process tree to exit, killing it after a grace period;
+        the output then ends."""
+
+    async def stop(self) -> int:
+        """End the turn, reap what is left of it, and return the CLI's exit code.
+
+        Called when the output ends and again when the run finishes: the second call
+        returns the same code."""
+
+    def stderr_tail(self, limit: int = 4000) -> str:
+        """The end of what the CLI printed on stderr."""
+
+
+TurnStarter = Callable[[TurnRequest], Awaitable[Turn]]

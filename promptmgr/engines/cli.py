@@ -1,0 +1,89 @@
+"""The CLI engine: ``claude -p --output-format stream-json`` with the prompt on its stdin.
+
+Claude asks through the ask-user MCP server, which reaches the app with the run's relay
+token (``askuser``); the turn owns that relay session and closes it once the CLI is gone.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from askuser import facade as askuser
+from promptmgr.cli import build_command, child_env, find_claude_cli
+from promptmgr.processes import Line, LineTimeout, ManagedProcess
+from promptmgr.workspaces import mcp_server_registered
+
+from .base import Item, TurnRequest, read_line
+
+
+class CLITurn:
+    """The CLI's process, its stdout read as stream-json items."""
+
+    errors: tuple[str, ...] = ()  # the CLI engine's failures are in its output and exit code
+
+    def __init__(
+        self, process: ManagedProcess, *, ask_user: bool, relay: askuser.RelaySession | None
+    ) -> None:
+        self.process = process
+        self.ask_user = ask_user
+        self._relay = relay
+
+    async def next_item(self, timeout: float) -> Item | None | LineTimeout:
+        return _item(await self.process.next_line(timeout))
+
+    def ready_item(self) -> Item | None | LineTimeout:
+        return _item(self.process.ready_line())
+
+    def terminate(self) -> None:
+        self.process.terminate()
+
+    async def stop(self) -> int:
+        code = await self.process.stop()
+        if self._relay is not None:
+            relay, self._relay = self._relay, None
+            await askuser.relay_close(relay)
+        return code
+
+    def stderr_tail(self, limit: int = 4000) -> str:
+        return self.process.stderr_tail(limit)
+
+
+def _item(line: Line | None | LineTimeout) -> Item | None | LineTimeout:
+    return read_line(line) if isinstance(line, Line) else line
+
+
+async def start_turn(request: TurnRequest) -> CLITurn:
+    """Open the run's relay session (when the workspace registers ask-user) and spawn the CLI."""
+    project = request.project
+    ask_user = mcp_server_registered(project)
+    relay = None
+    if ask_user:
+        relay = await askuser.relay_session_open(
+            run_id=request.run_id,
+            project_id=project.pk,
+            stream_token=request.stream_token,
+            timeout=project.ask_user_timeout,
+        )
+    try:
+        command = build_command(
+            cli=find_claude_cli(),
+            project=project,
+            resume_session_id=request.resume_session_id,
+        )
+        env = child_env(
+            ask_user_config=relay.config_path if relay is not None else None,
+            ask_user_timeout=project.ask_user_timeout,
+        )
+        process = await ManagedProcess.spawn(
+            command,
+            cwd=request.root,
+            env=env,
+            stdin_data=request.prompt.encode(),
+            nice=settings.CLAUDE_CLI_NICE,
+        )
+    except BaseException:
+        # No turn will close the relay session: its secrets go now.
+        if relay is not None:
+            await askuser.relay_close(relay)
+        raise
+    return CLITurn(process, ask_user=ask_user, relay=relay)
