@@ -3,7 +3,11 @@
 ``python cli_tee.py OUT REAL_CLI [ARG...]`` runs ``REAL_CLI ARG...`` with this process's
 stdin and stderr, forwards its stdout byte for byte, and when the CLI's stdout ends writes
 ``OUT``: one ``<token> <ns>`` line per text delta carrying a ``<NNNNN>`` token, where ``ns``
-is CLOCK_MONOTONIC when that line became readable from the CLI's pipe.
+is CLOCK_MONOTONIC when that line became readable from the CLI's pipe. Tool calls are stamped
+the same way: ``tool_use:<id>`` for each tool_use in an ``assistant`` line (Claude's finished
+call), ``can_use_tool:<tool_use_id>`` for each permission request the CLI sends its SDK host
+(``control_request`` with subtype ``can_use_tool``). All lines are looked at only after
+stdout ended, so none of this is on the forwarding path.
 
 One thread reads a chunk, stamps it and writes it on at once, so the stamp and the
 forward fall in the same time slice and the hop adds only a pipe write to the measured
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import subprocess
@@ -30,8 +35,25 @@ CHUNK = 256 * 1024
 PIPE_BYTES = 1024 * 1024  # the runner's own stdout pipe (promptmgr.processes.PIPE_BYTES)
 
 
+def _tool_tokens(line: bytes) -> list[str]:
+    """``tool_use:<id>`` per tool call an assistant line makes; ``can_use_tool:<tool_use_id>``
+    for a permission request to the SDK host."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return []
+    if message.get("type") == "assistant":
+        content = (message.get("message") or {}).get("content") or []
+        return [f"tool_use:{block['id']}" for block in content if block.get("type") == "tool_use"]
+    request = message.get("request") or {}
+    if message.get("type") == "control_request" and request.get("subtype") == "can_use_tool":
+        return [f"can_use_tool:{request.get('tool_use_id')}"]
+    return []
+
+
 def _stamps(received: list[tuple[int, bytes]]) -> list[str]:
-    """``token ns`` per text-delta line; a line is stamped by the chunk that completed it."""
+    """``token ns`` per text-delta line and per tool call; a line is stamped by the chunk
+    that completed it."""
     out: list[str] = []
     partial = b""
     for ts, data in received:
@@ -39,6 +61,8 @@ def _stamps(received: list[tuple[int, bytes]]) -> list[str]:
         for line in lines:
             if b'"text_delta"' in line and (match := TOKEN.search(line)):
                 out.append(f"{match.group(1).decode()} {ts}")
+            elif b'"tool_use"' in line or b'"can_use_tool"' in line:
+                out.extend(f"{token} {ts}" for token in _tool_tokens(line))
     return out
 
 

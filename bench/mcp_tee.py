@@ -1,11 +1,13 @@
-"""Stand between the Claude CLI and the ask-user MCP server; stamp each ask_user call and its result.
+"""Stand between the Claude CLI and the ask-user MCP server; stamp each tool call and its result.
 
 ``python mcp_tee.py OUT SERVER [ARG...]`` runs the MCP server ``SERVER ARG...`` and relays its
 stdio (newline-delimited JSON-RPC) byte for byte in both directions. For every
-``tools/call`` of ``ask_user`` it appends to ``OUT`` a JSON line
-``{"kind": "call", "id": …, "question": …, "ns": …}`` stamped (CLOCK_MONOTONIC) when the
-CLI's request was read, and for the matching response ``{"kind": "result", "id": …, "ns": …}``
-stamped when the server's reply was read, before it is passed on to the CLI.
+``tools/call`` of ``ask_user`` or ``approve`` it appends to ``OUT`` a JSON line
+``{"kind": "call", "tool": …, "id": …, "question": …, "tool_use_id": …, "ns": …}`` stamped
+(CLOCK_MONOTONIC) when the CLI's request was read (``question`` is ask_user's, ``tool_use_id``
+the tool call ``approve`` is asked about; each is None for the other tool), and for the
+matching response ``{"kind": "result", "tool": …, "id": …, "ns": …}`` stamped when the
+server's reply was read, before it is passed on to the CLI.
 
 Stamps are taken before forwarding and records are written after it, so the tee's own
 cost (well under a millisecond) can only lengthen the question-path figure, never shorten
@@ -23,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-TOOL = "ask_user"
+TOOLS = ("ask_user", "approve")
 CHUNK = 64 * 1024
 
 
@@ -55,7 +57,7 @@ def _relay(source: int, target: IO[bytes], on_line: Callable[[int, bytes], None]
 class Recorder:
     def __init__(self, out: IO[str]) -> None:
         self.out = out
-        self.calls: set[Any] = set()
+        self.calls: dict[Any, str] = {}  # request id -> tool name
         self.lock = threading.Lock()
 
     def _write(self, record: dict[str, Any]) -> None:
@@ -68,18 +70,28 @@ class Recorder:
             return
         message = json.loads(line)
         params = message.get("params") or {}
-        if message.get("method") == "tools/call" and params.get("name") == TOOL:
-            self.calls.add(message.get("id"))
-            question = (params.get("arguments") or {}).get("question")
-            self._write({"kind": "call", "id": message.get("id"), "question": question, "ns": ts})
+        tool = params.get("name")
+        if message.get("method") == "tools/call" and tool in TOOLS:
+            self.calls[message.get("id")] = tool
+            arguments = params.get("arguments") or {}
+            self._write(
+                {
+                    "kind": "call",
+                    "tool": tool,
+                    "id": message.get("id"),
+                    "question": arguments.get("question"),
+                    "tool_use_id": arguments.get("tool_use_id"),
+                    "ns": ts,
+                }
+            )
 
     def response(self, ts: int, line: bytes) -> None:
         if not self.calls or b'"id"' not in line:
             return
         message = json.loads(line)
         if "method" not in message and message.get("id") in self.calls:
-            self.calls.discard(message.get("id"))
-            self._write({"kind": "result", "id": message.get("id"), "ns": ts})
+            tool = self.calls.pop(message.get("id"))
+            self._write({"kind": "result", "tool": tool, "id": message.get("id"), "ns": ts})
 
 
 def main() -> int:

@@ -84,7 +84,8 @@ def latency_row(label: str, samples_ms: Sequence[float]) -> list[str]:
 LATENCY_HEADERS = ["what (milliseconds)", "n", "p50", "p95", "p99", "max"]
 
 
-def verdict(value: float, limit: float) -> str:
+def verdict(value: float, limit: float, *, inclusive: bool = False) -> str:
+    """PASS below ``limit`` (or at it, when the target reads "at most")."""
     if math.isnan(value):
         return "n/a "
-    return "PASS" if value < limit else "MISS"
+    return "PASS" if value < limit or (inclusive and value == limit) else "MISS"
