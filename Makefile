@@ -65,4 +65,5 @@ bench: $(VENV)/.installed-app
 	$(PY) bench/stream_overhead.py
 	$(PY) bench/askuser_latency.py
 	$(PY) bench/cli_startup.py
+	$(PY) bench/approval_latency.py
 	$(PY) bench/machinery.py
