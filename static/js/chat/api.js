@@ -1,10 +1,12 @@
 // JSON over fetch with the session cookie and Django's CSRF header.
 
 export class ApiError extends Error {
-  constructor(status, detail) {
+  constructor(status, detail, code = "") {
     super(detail);
     this.status = status;
     this.detail = detail;
+    // The stable code of the server's error body ("already_decided", "expired"…), if any.
+    this.code = code;
   }
 }
 
@@ -36,7 +38,8 @@ export function makeApi(csrfCookieName) {
     }
     const data = await response.json().catch(() => null);
     if (!response.ok) {
-      throw new ApiError(response.status, detailOf(data) || `The server answered ${response.status}.`);
+      const code = typeof data?.code === "string" ? data.code : "";
+      throw new ApiError(response.status, detailOf(data) || `The server answered ${response.status}.`, code);
     }
     return data;
   }

@@ -1,10 +1,9 @@
 // A question from Claude, inline in the stream: answer it, then follow it to Claude.
 
-import { el, formatCountdown } from "./dom.js";
+import { Countdown } from "./countdown.js";
+import { el } from "./dom.js";
 import { QuestionFields } from "./question-form.js";
 import { CLOSED_REASONS, UNKNOWN_REASON, answerLines, answeredBy } from "./question-summary.js";
-
-const URGENT_SECONDS = 30;
 
 export class QuestionCard {
   /**
@@ -16,19 +15,17 @@ export class QuestionCard {
   constructor(data, { submit, username, onChange }) {
     this.id = data.question_id;
     this.questions = Array.isArray(data.questions) ? data.questions : [];
-    this.expiresAt = Date.parse(data.expires_at);
     this.submitAnswer = submit;
     this.username = username;
     this.onChange = onChange || (() => {});
     this.state = "pending";
     this.answer = null;
     this.submitted = false;
-    this.timer = null;
 
     this.fields = this.questions.map(
       (spec, index) => new QuestionFields(spec, { name: `q-${this.id}-${index}`, index }),
     );
-    this.countdown = el("span", { class: "qcard-countdown", "aria-live": "off" });
+    this.countdown = new Countdown(data.expires_at);
     this.notes = el("textarea", { class: "qcard-notes", rows: 2, placeholder: "Anything else Claude should know?" });
     this.error = el("p", { class: "qcard-error", role: "alert", hidden: true });
     this.status = el("p", { class: "qcard-status", role: "status", hidden: true });
@@ -52,7 +49,7 @@ export class QuestionCard {
     this.element = el(
       "section",
       { class: "qcard is-pending", dataset: { questionId: this.id }, "aria-label": title, tabindex: "-1" },
-      el("div", { class: "qcard-top" }, this.badge, this.countdown),
+      el("div", { class: "qcard-top" }, this.badge, this.countdown.element),
       this.form,
       this.summary,
       this.status,
@@ -64,8 +61,6 @@ export class QuestionCard {
     this.form.addEventListener("keydown", (event) => this.onKeydown(event));
     this.form.addEventListener("change", () => this.clearMissing());
     this.form.addEventListener("input", () => this.clearMissing());
-    this.tick();
-    this.timer = window.setInterval(() => this.tick(), 1000);
   }
 
   get pending() {
@@ -78,13 +73,6 @@ export class QuestionCard {
 
   questionSummary() {
     return this.questions.map((q) => q.question).join(" · ");
-  }
-
-  tick() {
-    if (!Number.isFinite(this.expiresAt)) return;
-    const left = (this.expiresAt - Date.now()) / 1000;
-    this.countdown.textContent = left > 0 ? `${formatCountdown(left)} left` : "Time is up";
-    this.countdown.classList.toggle("is-urgent", left <= URGENT_SECONDS);
   }
 
   onKeydown(event) {
@@ -192,8 +180,7 @@ export class QuestionCard {
     const answeredHere = this.state === "sending" || this.submitted;
     this.answer = data;
     this.setState("sent");
-    window.clearInterval(this.timer);
-    this.countdown.textContent = "";
+    this.countdown.stop();
     this.setFormDisabled(true);
     this.form.hidden = !answeredHere;
     this.element.classList.remove("is-pending");
@@ -256,8 +243,7 @@ export class QuestionCard {
   }
 
   close(stateClass, heading, detail) {
-    window.clearInterval(this.timer);
-    this.countdown.textContent = "";
+    this.countdown.stop();
     this.form.hidden = true;
     this.setFormDisabled(true);
     this.summary.hidden = false;
@@ -292,6 +278,6 @@ export class QuestionCard {
   }
 
   destroy() {
-    window.clearInterval(this.timer);
+    this.countdown.stop();
   }
 }
