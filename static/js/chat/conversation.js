@@ -1,7 +1,8 @@
-// The open conversation: its runs, their live streams, question cards, status and Cancel.
+// The open conversation: its runs, their live streams, question and permission cards, status and Cancel.
 
 import { withId } from "./api.js";
 import { isNearEnd, isTextEntry, scrollToEnd } from "./dom.js";
+import { PermissionCard } from "./permission-card.js";
 import { QuestionCard } from "./question-card.js";
 import { ACTIVE_STATUSES, RunView, STATUS_LABELS } from "./render.js";
 import { RunStream } from "./stream.js";
@@ -186,6 +187,15 @@ export class ConversationView {
       case "ask_user_delivered":
         this.cards.get(data.question_id)?.markDelivered(data);
         break;
+      case "permission_request":
+        this.showPermission(run, data, live);
+        break;
+      case "permission_decided":
+        this.permissionCard(data.request_id)?.markDecided(data);
+        break;
+      case "permission_expired":
+        this.permissionCard(data.request_id)?.markExpired(data);
+        break;
       case "done":
         this.runEnded(run, data, live);
         break;
@@ -203,6 +213,27 @@ export class ConversationView {
       username: this.config.username,
       onChange: (changed) => this.attention.update(changed),
     });
+    this.place(run, card, live);
+  }
+
+  /** A tool call waiting for approval; each card answers for its own request_id. */
+  showPermission(run, data, live) {
+    if (!data.request_id || this.cards.has(data.request_id)) return;
+    const card = new PermissionCard(data, {
+      submit: (body) => this.api.post(this.config.submitDecisionUrl, body),
+      username: this.config.username,
+      onChange: (changed) => this.attention.update(changed),
+    });
+    this.place(run, card, live);
+  }
+
+  permissionCard(requestId) {
+    const card = this.cards.get(requestId);
+    return card instanceof PermissionCard ? card : null;
+  }
+
+  /** Put a new card in its run; a live one also notifies and takes the keyboard. */
+  place(run, card, live) {
     card.runId = run.runId;
     this.cards.set(card.id, card);
     run.add(card.element);

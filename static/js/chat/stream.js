@@ -15,6 +15,9 @@ export const EVENT_NAMES = [
   "ask_user_answered",
   "ask_user_expired",
   "ask_user_delivered",
+  "permission_request",
+  "permission_decided",
+  "permission_expired",
   "done",
 ];
 
