@@ -60,6 +60,9 @@ DENIED_TIMEOUT = (
 )
 DENIED_RUN_ENDED = "The run is ending, so this {tool} call was not run. Do not retry it."
 QUESTION_NOT_ANSWERED = "Could not ask the user ({reason}). Proceed with your best judgment."
+# The CLI's own wording for a write in plan mode (the SDK engine's -p refusals use it too).
+PLAN_MODE_WRITE = "Cannot write to {path} while in plan mode."
+PLAN_MODE = "plan"
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,14 @@ def _event_input(tool_input: dict[str, Any]) -> dict[str, Any]:
     return tool_input if len(repr(tool_input)) <= MAX_EVENT_INPUT_CHARS else {}
 
 
+def _plan_mode_refusal(project: Project, tool_name: str, tool_input: dict[str, Any]) -> str:
+    """Plan mode never writes, whoever would click Allow: the refusal, or "" for other calls."""
+    if project.permission_mode != PLAN_MODE or tool_name not in previews.FILE_TOOLS:
+        return ""
+    path = tool_input.get("file_path") or tool_input.get("notebook_path") or ""
+    return PLAN_MODE_WRITE.format(path=path)
+
+
 def _create(
     run_id: int, source: str, tool_name: str, tool_input: dict[str, Any], tool_use_id: str
 ) -> tuple[PermissionRequest, int]:
@@ -123,8 +134,24 @@ def _create(
         run = Run.objects.select_for_update().select_related("conversation__project").get(pk=run_id)
         if run.status not in ACTIVE_RUN_STATUSES:
             raise Gone(services.MSG_RUN_FINISHED, code="run_finished")
-        timeout = int(run.conversation.project.ask_user_timeout)
+        project = run.conversation.project
+        timeout = int(project.ask_user_timeout)
         root = Path(run.workdir) if run.workdir else None
+        refused = _plan_mode_refusal(project, tool_name, tool_input)
+        if refused:
+            # Decided at once and kept for the record; no card, the run does not wait.
+            return PermissionRequest.objects.create(
+                run=run,
+                source=source,
+                tool_name=tool_name,
+                tool_use_id=tool_use_id,
+                tool_input=tool_input,
+                status=PermissionStatus.DENIED,
+                decision=Decision.DENY,
+                message=refused,
+                decided_at=timezone.now(),
+                expires_at=timezone.now(),
+            ), timeout
         request = PermissionRequest.objects.create(
             run=run,
             source=source,
@@ -176,6 +203,13 @@ async def permission_request_create(
         }
     request, timeout = await sync_to_async(_create)(run_id, source, tool_name, tool_input, tool_use_id)
     request_id = str(request.request_id)
+    if request.status != PermissionStatus.PENDING:
+        return {
+            "request_id": request_id,
+            "kind": "permission",
+            "expires_at": request.expires_at,
+            "timeout": timeout,
+        }
     await live.permission_pending_add(run_id, request_id, ttl=timeout + live.QUESTION_TTL_GRACE)
     await events.append_events(
         run_id,
@@ -376,6 +410,15 @@ async def permission_close(*, request_id: str, status: str) -> bool:
         closing.append(("run_status", {"status": RunStatus.RUNNING}))
     await events.append_events(request.run_id, closing)
     return True
+
+
+async def request_withdraw(*, run_id: int, request_id: str) -> None:
+    """The waiting side gave up (the CLI withdrew the call, or the run is stopping): the
+    card closes as cancelled, whichever kind it is."""
+    if await sync_to_async(_load_for_run)(run_id, request_id) is not None:
+        await permission_close(request_id=request_id, status=PermissionStatus.CANCELLED)
+    else:
+        await services.question_expire(question_id=request_id, reason="cancelled")
 
 
 def _pending_ids(run_id: int) -> list[str]:

@@ -13,7 +13,7 @@ import contextlib
 import redis
 
 from . import approvals, live
-from .approvals import DecisionPoll, permission_request_create, permission_wait
+from .approvals import DecisionPoll, permission_request_create, permission_wait, request_withdraw
 from .delivery import ASK_TOOL_NAMES, MCP_ASK_TOOL, SDK_ASK_TOOL, question_result_seen
 from .models import Question, QuestionSource, QuestionStatus
 from .runtime import (
@@ -43,6 +43,7 @@ __all__ = [
     "forget_questions",
     "permission_request_create",
     "permission_wait",
+    "request_withdraw",
     "PollResult",
     "QuestionSource",
     "RelaySession",

@@ -69,6 +69,7 @@ async def start_turn(request: TurnRequest) -> CLITurn:
             cli=find_claude_cli(),
             project=project,
             resume_session_id=request.resume_session_id,
+            ask_user=ask_user,
         )
         env = child_env(
             ask_user_config=relay.config_path if relay is not None else None,

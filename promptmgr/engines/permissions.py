@@ -1,14 +1,16 @@
-"""``can_use_tool`` for the SDK engine.
+"""``can_use_tool`` for the SDK engine: the same approvals as the CLI engine's prompt tool.
 
 The CLI consults the permission mode and the workspace's allow and deny rules first and
-calls ``can_use_tool`` only for a call it would otherwise ask the user about. The CLI
-engine (``-p``) refuses every such call, so this callback does too, with the CLI's own
-wording; verified with the bundled CLI: a Write is allowed under acceptEdits and asked
-about under default and plan; a Bash command with an allow rule is never asked about;
-ExitPlanMode is asked about in plan mode. The one exception is ``AskUserQuestion``: its
-1–4 questions become a card in the shared question store, and the user's answers go back
-as ``updated_input["answers"]`` (``{question text: label, "label, label" or typed text}``),
-which the CLI turns into the tool result Claude reads.
+calls ``can_use_tool`` only for a call it would otherwise ask the user about (verified
+with the bundled CLI: a Write is allowed under acceptEdits and asked about under default
+and plan; a Bash command with an allow rule is never asked about). With ask-user on, every
+such call goes to the shared store (``askuser.approvals``): a permission card, or for
+``AskUserQuestion`` a question card whose answers come back as ``updated_input["answers"]``.
+The store's result, in the CLI's own JSON shape, becomes the SDK's result object.
+
+With ask-user off there is nobody to ask, so the callback refuses as ``-p`` mode does,
+with the CLI's own wording. Plan mode never writes, whoever would click Allow: the store
+refuses those calls for both engines.
 """
 
 from __future__ import annotations
@@ -19,18 +21,23 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPermissionContext
+from claude_agent_sdk import (
+    PermissionResultAllow,
+    PermissionResultDeny,
+    PermissionUpdate,
+    ToolPermissionContext,
+)
+from claude_agent_sdk.types import PermissionRuleValue
 
 from askuser import facade as askuser
-from askuser.facade import PollResult, QuestionSource
-from core.errors import DomainError
-from core.questions import Handoff, questions_from_tool_input
-from mcp_server.answers import CANCELLED, RUN_ENDED, SUPERSEDED, TIMED_OUT
+from askuser.facade import QuestionSource
+from core.errors import DomainError, Invalid
+from core.tool_names import ASK_USER_QUESTION
+from mcp_server.answers import CANCELLED, RUN_ENDED
 from promptmgr.models import PermissionMode
 
 logger = logging.getLogger(__name__)
 
-ASK_USER_QUESTION = "AskUserQuestion"
 WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 PATH_KEYS = ("file_path", "notebook_path")
 # How long one wait for the answer lasts before the stop flag and the expiry are checked again.
@@ -41,25 +48,8 @@ MSG_WRITE_NOT_GRANTED = "Claude requested permissions to write to {path}, but yo
 MSG_PLAN_MODE = "Cannot write to {path} while in plan mode."
 MSG_QUESTIONS_OFF = "Asking the user is switched off for this project. Proceed with your best judgment."
 MSG_ASK_FAILED = "Could not ask the user ({error}). Proceed with your best judgment."
-MSG_CONSUMED = "the answer was collected by someone else"
 
 PermissionResult = PermissionResultAllow | PermissionResultDeny
-
-
-def answered_input(tool_input: dict[str, Any], answer: Handoff) -> dict[str, Any] | None:
-    """The tool input with the user's answers, or None when the hand-off holds none.
-
-    The card's notes go in ``annotations`` under the first question, which the CLI
-    appends to that answer ("… notes: …").
-    """
-    answers = {question: text for question, text in answer.answers.items() if text}
-    if not answers:
-        return None
-    updated = {**tool_input, "answers": answers}
-    if answer.notes:
-        first = str(tool_input["questions"][0]["question"])
-        updated["annotations"] = {first: {"notes": answer.notes}}
-    return updated
 
 
 def refusal(tool_name: str, tool_input: dict[str, Any], *, permission_mode: str) -> str:
@@ -94,64 +84,77 @@ class PermissionGate:
     async def can_use_tool(
         self, tool_name: str, tool_input: dict[str, Any], context: ToolPermissionContext
     ) -> PermissionResult:
-        if tool_name != ASK_USER_QUESTION:
+        """Ask a person through the shared store; without ask-user, refuse as ``-p`` mode does."""
+        if not self.ask_user:
+            if tool_name == ASK_USER_QUESTION:
+                return PermissionResultDeny(message=MSG_QUESTIONS_OFF)
             return PermissionResultDeny(
                 message=refusal(tool_name, tool_input, permission_mode=self.permission_mode)
             )
-        if not self.ask_user:
-            return PermissionResultDeny(message=MSG_QUESTIONS_OFF)
         try:
-            return await self._ask(tool_input)
+            return await self._ask(tool_name, tool_input, context.tool_use_id or "")
         except Exception as exc:
             # An exception would reach the CLI as a protocol error; Claude gets a sentence instead.
             logger.exception("run %s: asking the user failed", self.run_id)
             return PermissionResultDeny(message=MSG_ASK_FAILED.format(error=exc))
 
-    async def _ask(self, tool_input: dict[str, Any]) -> PermissionResult:
-        try:
-            questions = questions_from_tool_input(tool_input)
-        except ValueError as exc:
-            return PermissionResultDeny(message=str(exc))
+    async def _ask(self, tool_name: str, tool_input: dict[str, Any], tool_use_id: str) -> PermissionResult:
         await self.caught_up()
         try:
-            card = await askuser.question_create(
-                run_id=self.run_id, source=QuestionSource.SDK, questions=questions
+            created = await askuser.permission_request_create(
+                run_id=self.run_id,
+                source=QuestionSource.SDK,
+                tool_name=tool_name,
+                tool_input=tool_input,
+                tool_use_id=tool_use_id,
             )
+        except Invalid as exc:
+            return PermissionResultDeny(message=exc.detail)
         except DomainError:
             return PermissionResultDeny(message=RUN_ENDED)
-        question_id = str(card["question_id"])
+        request_id = str(created["request_id"])
         try:
-            result = await self._wait(question_id)
+            result = await self._wait(request_id)
         except asyncio.CancelledError:
             # The CLI withdrew the request, or the client is closing: close the card too.
             with contextlib.suppress(Exception):
-                await asyncio.shield(askuser.question_expire(question_id=question_id, reason="cancelled"))
+                await asyncio.shield(askuser.request_withdraw(run_id=self.run_id, request_id=request_id))
             raise
-        if result is None or result.status == "cancelled":
+        if result is None:
             return PermissionResultDeny(message=CANCELLED)
-        if result.status == "expired":
-            return PermissionResultDeny(message=TIMED_OUT.format(seconds=card["timeout"]))
-        if result.status == "superseded":
-            return PermissionResultDeny(message=SUPERSEDED)
-        updated = (
-            answered_input(tool_input, result.answer)
-            if result.status == "answered" and result.answer is not None
-            else None
-        )
-        if updated is None:
-            return PermissionResultDeny(message=MSG_ASK_FAILED.format(error=MSG_CONSUMED))
-        return PermissionResultAllow(updated_input=updated)
+        return sdk_result(result)
 
-    async def _wait(self, question_id: str) -> PollResult | None:
-        """The answer, the question's final state, or None once the run is being stopped.
+    async def _wait(self, request_id: str) -> dict[str, Any] | None:
+        """The permission result, or None once the run is being stopped.
 
-        ``answer_wait`` reads the question's expiry from the database on every turn and
+        ``permission_wait`` reads the request's expiry from the database on every turn and
         expires it when the time is up, just as the MCP engine's long-poll does.
         """
         while not self.stopping.is_set():
-            result = await askuser.answer_wait(
-                run_id=self.run_id, question_id=question_id, wait_seconds=WAIT_SLICE
+            poll = await askuser.permission_wait(
+                run_id=self.run_id, request_id=request_id, wait_seconds=WAIT_SLICE
             )
-            if result.status != "waiting":
-                return result
+            if poll.result is not None:
+                return poll.result
         return None
+
+
+def sdk_result(result: dict[str, Any]) -> PermissionResult:
+    """The store's permission result (the CLI's JSON shape) as the SDK's result object."""
+    if result.get("behavior") != "allow":
+        return PermissionResultDeny(message=str(result.get("message") or CANCELLED))
+    updates = [
+        PermissionUpdate(
+            type=update["type"],
+            rules=[
+                PermissionRuleValue(tool_name=rule["toolName"], rule_content=rule.get("ruleContent"))
+                for rule in update.get("rules") or []
+            ],
+            behavior=update.get("behavior"),
+            destination=update.get("destination"),
+        )
+        for update in result.get("updatedPermissions") or []
+    ]
+    return PermissionResultAllow(
+        updated_input=result.get("updatedInput"), updated_permissions=updates or None
+    )

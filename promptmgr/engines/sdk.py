@@ -32,12 +32,13 @@ from claude_agent_sdk import (
 from claude_agent_sdk.types import PermissionMode as SDKPermissionMode
 from django.conf import settings
 
+from core.tool_names import ASK_USER_QUESTION
 from promptmgr.cli import child_env, find_claude_cli
 from promptmgr.models import PermissionMode, Project
 from promptmgr.processes import TIMEOUT, LineTimeout
 
 from .base import Item, TurnRequest
-from .permissions import ASK_USER_QUESTION, PermissionGate
+from .permissions import PermissionGate
 from .transport import IsolatedCLITransport, sdk_command
 
 MSG_NO_BYPASS = "The SDK engine cannot run in bypassPermissions mode; choose another permission mode."

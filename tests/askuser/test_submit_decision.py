@@ -363,3 +363,19 @@ async def test_ask_user_question_through_the_prompt_tool_is_answered_as_updated_
         "Which database?",
         "Which extras?",
     ]
+
+
+@pytest.mark.asyncio
+async def test_plan_mode_refuses_a_write_at_once_without_a_card(transactional_db: Any, alice: Any) -> None:
+    project = await sync_to_async(make_project)(owner=alice, permission_mode="plan")
+    run = await sync_to_async(make_run)(owner=alice, project=project)
+
+    request_id = await ask(run, "Write", {"file_path": "/w/notes.txt", "content": "x"})
+
+    assert await result_of(run, request_id) == {
+        "behavior": "deny",
+        "message": approvals.PLAN_MODE_WRITE.format(path="/w/notes.txt"),
+    }
+    assert [e for e in await events.read_events(run.pk, 0) if e.event == "permission_request"] == []
+    assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
+    assert (await PermissionRequest.objects.aget(request_id=request_id)).decision == "deny"

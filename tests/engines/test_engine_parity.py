@@ -115,6 +115,7 @@ def test_text_a_tool_and_a_question_give_the_same_events(app_server: Any, alice:
         "is_error": False,
     }
     assert {k: v for k, v in card.data.items() if k not in ("question_id", "expires_at")} == {
+        "kind": "question",
         "source": "mcp" if engine == "cli" else "sdk",
         "questions": [DB],
         "timeout": 300,
@@ -129,17 +130,24 @@ def test_text_a_tool_and_a_question_give_the_same_events(app_server: Any, alice:
 
 @pytest.mark.parametrize("engine", ["cli", "sdk"])
 @pytest.mark.parametrize(
-    ("mode", "message"),
+    ("mode", "ask_user", "message"),
     [
-        ("default", "Claude requested permissions to write to {path}, but you haven't granted it yet."),
-        ("plan", "Cannot write to {path} while in plan mode."),
-        ("acceptEdits", None),
+        # With nobody to ask (ask-user off), default mode refuses as -p mode does; with
+        # ask-user on the same Write becomes a permission card (test_approvals_e2e).
+        (
+            "default",
+            False,
+            "Claude requested permissions to write to {path}, but you haven't granted it yet.",
+        ),
+        # Plan mode never writes, even with a person to ask.
+        ("plan", True, "Cannot write to {path} while in plan mode."),
+        ("acceptEdits", True, None),
     ],
 )
 def test_a_write_is_allowed_or_refused_alike(
-    app_server: Any, alice: Any, engine: str, mode: str, message: str | None
+    app_server: Any, alice: Any, engine: str, mode: str, ask_user: bool, message: str | None
 ) -> None:
-    project = make_project(owner=alice, engine=engine, permission_mode=mode)
+    project = make_project(owner=alice, engine=engine, permission_mode=mode, ask_user_enabled=ask_user)
     client = login_client(app_server, "alice", "alice-password")
     events = read_sse(client, start_run(client, project.pk, script(WRITE, {"text": "ok"}))["events_url"])
     [result] = [e.data for e in events if e.event == "tool_result"]

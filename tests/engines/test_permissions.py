@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
+from askuser.approvals import answered_input
 from core.questions import MSG_BAD_QUESTIONS, Handoff, questions_from_tool_input
-from promptmgr.engines.permissions import answered_input, refusal
+from promptmgr.engines.permissions import refusal
 
 pytestmark = pytest.mark.unit
 

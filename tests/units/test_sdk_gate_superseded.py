@@ -15,8 +15,9 @@ from claude_agent_sdk import PermissionResultDeny, ToolPermissionContext
 from askuser import services
 from askuser.models import Question, QuestionSource
 from core.questions import QuestionSpec
+from core.tool_names import ASK_USER_QUESTION
 from mcp_server.answers import SUPERSEDED
-from promptmgr.engines.permissions import ASK_USER_QUESTION, PermissionGate
+from promptmgr.engines.permissions import PermissionGate
 from tests.helpers import make_run
 
 pytestmark = pytest.mark.unit
