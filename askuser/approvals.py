@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from core import events
 from core.errors import Conflict, Gone, Invalid, NotFound
-from core.questions import Handoff, questions_from_tool_input
+from core.questions import FormAnswer, Handoff, questions_from_tool_input
 from core.tool_names import ASK_USER_QUESTION
 from mcp_server.answers import CANCELLED, SUPERSEDED, TIMED_OUT
 from promptmgr.models import ACTIVE_RUN_STATUSES, PermissionRule, Project, Run, RunStatus
@@ -241,11 +241,25 @@ def _load_for_run(run_id: int, request_id: str) -> PermissionRequest | None:
     return PermissionRequest.objects.filter(request_id=request_id, run_id=run_id).first()
 
 
+def _stored_answer(question: Question) -> Handoff | None:
+    """The answer the database keeps, as the waiting side received it."""
+    if not question.answer_items:
+        return None
+    return FormAnswer(items=question.answer_items, notes=question.notes).handoff()
+
+
 def _question_result(question: Question, poll: services.PollResult, timeout: int) -> dict[str, Any] | None:
-    """AskUserQuestion through the prompt tool: the answers as its updated input, or a deny."""
+    """AskUserQuestion through the prompt tool: the answers as its updated input, or a deny.
+
+    A poll retried after the answer was taken (a dropped response) gets the same answer,
+    rebuilt from the database.
+    """
     tool_input = {"questions": question.questions}
-    if poll.status == "answered" and poll.answer is not None:
-        updated = answered_input(tool_input, poll.answer)
+    answer = poll.answer if poll.status == "answered" else None
+    if poll.status == "consumed":
+        answer = _stored_answer(question)
+    if answer is not None:
+        updated = answered_input(tool_input, answer)
         if updated is not None:
             return {"behavior": "allow", "updatedInput": updated}
         return {"behavior": "deny", "message": QUESTION_NOT_ANSWERED.format(reason="the answer was empty")}
@@ -264,11 +278,12 @@ async def permission_wait(*, run_id: int, request_id: str, wait_seconds: float) 
     """The long-poll of the waiting side: the permission result once there is one."""
     request = await sync_to_async(_load_for_run)(run_id, request_id)
     if request is None:
-        question = await Question.objects.filter(question_id=request_id, run_id=run_id).afirst()
-        if question is None:
+        if not await Question.objects.filter(question_id=request_id, run_id=run_id).aexists():
             raise NotFound(MSG_NOT_FOUND)
         timeout = await sync_to_async(_timeout_of)(run_id)
         poll = await services.answer_wait(run_id=run_id, question_id=request_id, wait_seconds=wait_seconds)
+        # Read after the wait: the stored answer is what a retried poll gets.
+        question = await Question.objects.aget(question_id=request_id, run_id=run_id)
         result = _question_result(question, poll, timeout)
         return DecisionPoll("decided", result) if result is not None else DecisionPoll("waiting")
     timeout = await sync_to_async(_timeout_of)(run_id)
