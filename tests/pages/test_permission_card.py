@@ -1,7 +1,9 @@
 """Permission cards in a real browser: a tool call waiting for approval, decided on the card.
 
-The requests reach the page the way the server will send them: appended to the run's real
-event stream (``core.events``) while a real run streams, and served by the real SSE view.
+Most requests reach the page as the server sends them, appended to the run's real event stream
+(``core.events``) while a real run streams, and served by the real SSE view: so every preview
+shape and every ending can be shown on cue. The last tests take the whole real path: the real
+CLI asks for a real Bash call, the card decides it through the real decision endpoint.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ from playwright.sync_api import expect
 
 from core.events import append_event_sync
 from promptmgr.models import Run
-from tests.helpers import make_project, script
-from tests.pages.chat import OpenChat, send_prompt
+from tests.helpers import QUOTE, make_project, script
+from tests.pages.chat import OpenChat, last_reply, send_prompt
 from tests.pages.test_question_card import FAKE_NOTIFICATIONS, WAITING_TITLE, XSS
 
 pytestmark = pytest.mark.browser
@@ -778,3 +780,72 @@ def test_a_404_or_422_answer_shows_the_servers_sentence_and_keeps_the_card_open(
         (requests["invalid"]["request_id"], "allow"),
         (requests["unknown"]["request_id"], "deny"),
     ]
+
+
+# --- The real path: the real CLI asks, the real endpoint decides ----------------------------
+
+COMMAND = "mkdir -p build && echo approved-$((6*7))"
+
+
+def ask_to_run(page: Any, project: Any) -> Any:
+    """Claude calls Bash with a command that needs approval (not read-only); returns its card."""
+    bash = {"tool_use": {"name": "Bash", "input": {"command": COMMAND, "description": "Say it"}}}
+    send_prompt(page, script(bash, QUOTE))
+    card = page.locator(".pcard")
+    expect(card).to_be_visible(timeout=30_000)
+    return card
+
+
+@pytest.mark.parametrize("engine", ["cli", "sdk"])
+def test_allow_once_on_a_real_bash_call_runs_it_and_claude_gets_its_output(
+    open_chat: OpenChat, alice: Any, engine: str
+) -> None:
+    project = make_project(owner=alice, engine=engine, permission_mode="default")
+    page = open_chat(project)
+
+    card = ask_to_run(page, project)
+
+    expect(card).to_be_focused()
+    expect(card.locator(".pcard-command")).to_have_text(COMMAND)
+    expect(card.locator(".pcard-description")).to_have_text("Say it")
+    expect(card.get_by_role("button", name=f"Always allow Bash({COMMAND})")).to_be_visible()
+    expect(page).to_have_title(WAITING_TITLE)
+    card.get_by_role("button", name="Allow once").click()
+
+    expect(card.locator(".pcard-outcome")).to_have_text("Allowed once by alice")
+    expect(last_reply(page)).to_contain_text('"text": "approved-42"', timeout=30_000)
+    expect(page.locator(".run-footer .status-chip")).to_have_text("Completed")
+    expect(page).not_to_have_title(WAITING_TITLE)
+    page.reload()
+    expect(page.locator(".pcard .pcard-outcome")).to_have_text("Allowed once by alice")
+    expect(page.locator(".pcard").get_by_role("button")).to_have_count(0)
+
+
+def test_deny_on_a_real_bash_call_tells_claude_the_message(open_chat: OpenChat, alice: Any) -> None:
+    project = make_project(owner=alice, permission_mode="default")
+    page = open_chat(project)
+    card = ask_to_run(page, project)
+
+    card.get_by_label(DENY_LABEL).fill("use the Makefile instead")
+    card.get_by_role("button", name="Deny").click()
+
+    expect(card.locator(".pcard-outcome")).to_have_text("Denied by alice: use the Makefile instead")
+    expect(last_reply(page)).to_contain_text("use the Makefile instead", timeout=30_000)
+    expect(last_reply(page)).not_to_contain_text("approved-42")
+    expect(page.locator(".run-footer .status-chip")).to_have_text("Completed")
+
+
+def test_cancelling_the_run_cancels_its_real_request_without_an_error_look(
+    open_chat: OpenChat, alice: Any
+) -> None:
+    project = make_project(owner=alice, permission_mode="default")
+    page = open_chat(project)
+    card = ask_to_run(page, project)
+
+    page.get_by_role("button", name="Cancel").click()
+
+    expect(card.locator(".pcard-outcome")).to_have_text("Cancelled", timeout=30_000)
+    expect(card.get_by_role("button")).to_have_count(0)
+    expect(card.locator(".pcard-error")).to_be_hidden()
+    assert card.locator(".pcard-outcome strong").evaluate("e => getComputedStyle(e).color") != DANGER_RGB
+    expect(page).not_to_have_title(WAITING_TITLE)
