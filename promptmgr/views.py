@@ -53,6 +53,7 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "conversation_url": with_id_slot("api:get_conversation", "conversation_id"),
         "cancel_url": with_id_slot("api:cancel_run", "run_id"),
         "submit_answer_url": reverse("api:submit_answer"),
+        "submit_decision_url": reverse("api:submit_decision"),
         "csrf_cookie": settings.CSRF_COOKIE_NAME,
     }
     return render(request, "projects/detail.html", {"project": project, "chat": chat})
