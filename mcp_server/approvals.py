@@ -28,7 +28,7 @@ from .errors import (
     RunFinished,
 )
 from .relay import relay_permission, wait_for_decision
-from .relay_http import ClientFactory, default_client
+from .relay_http import ClientFactory, shared_client
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ async def approve(
     tool_input: Mapping[str, Any],
     tool_use_id: str,
     *,
-    client_factory: ClientFactory = default_client,
+    client_factory: ClientFactory = shared_client,
 ) -> CallToolResult:
     """Relay one permission request to PromptManager and wait for the person's decision.
 

@@ -32,7 +32,7 @@ from .errors import (
     RunFinished,
 )
 from .relay import relay_question, wait_for_answer
-from .relay_http import ClientFactory, default_client
+from .relay_http import ClientFactory, shared_client
 
 SERVER_NAME = "ask-user"
 TOOL_NAME = "ask_user"
@@ -97,7 +97,7 @@ async def ask_user(
     multi_select: bool = False,
     header: str | None = None,
     *,
-    client_factory: ClientFactory = default_client,
+    client_factory: ClientFactory = shared_client,
 ) -> CallToolResult:
     """Relay one question to PromptManager and wait for the answer.
 

@@ -19,7 +19,7 @@ from mcp_server.errors import (
     RunFinished,
 )
 from mcp_server.relay import RelayedQuestion, relay_question, wait_for_answer
-from mcp_server.relay_http import default_client
+from mcp_server.relay_http import default_client, shared_client
 from tests.mcp_server.fake_relay import (
     QUESTION_ID,
     RELAY_TOKEN,
@@ -305,3 +305,14 @@ async def test_validation_errors_from_django_ninja_are_made_readable(relay: Fake
         await ask(relay)
 
     assert caught.value.detail == "header: String should have at most 60; question: Field required"
+
+
+@pytest.mark.asyncio
+async def test_the_server_keeps_one_http_client_open_between_tool_calls() -> None:
+    async with shared_client() as first:
+        pass
+    async with shared_client() as second:
+        pass
+
+    assert second is first
+    assert not first.is_closed
