@@ -11,9 +11,9 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 HOST ?= 127.0.0.1
 PORT ?= 8000
-# pytest-xdist workers: the tests mostly wait on the CLI, the model and Redis, so more
-# workers than this machine's 2 cores finish sooner (measured: see README).
-TEST_WORKERS ?= 4
+# pytest-xdist workers: one holds the 870-second question, the others share the rest;
+# browser tests run one at a time on one of them (tests/conftest.py).
+TEST_WORKERS ?= 3
 
 .PHONY: venv install run test test-fast lint bench
 
@@ -52,7 +52,7 @@ test: $(VENV)/.installed-dev
 	scripts/ensure-chromium.sh
 	scripts/ensure-redis.sh --binary
 	$(MAKE) --no-print-directory lint
-	$(VENV)/bin/pytest -n $(TEST_WORKERS)
+	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: $(VENV)/.installed-dev
 	scripts/ensure-redis.sh --binary

@@ -42,16 +42,22 @@ KINDS = ("unit", "e2e", "browser")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test says what it needs (one of ``KINDS``); slow tests start first.
+    """Every test says what it needs (one of ``KINDS``); slow tests start first; browser
+    tests share one worker.
 
     Under pytest-xdist the slow test (a question answered after 870 s) then runs on one
-    worker while the others share everything else, instead of starting last.
+    worker while the others share everything else, instead of starting last. Browser tests
+    run one at a time (``--dist loadgroup``): a Chromium, the app and a CLI each, several at
+    once on 2 cores, pushed the pages past their 5-second waits.
     """
     unmarked = [
         item.nodeid for item in items if sum(item.get_closest_marker(k) is not None for k in KINDS) != 1
     ]
     if unmarked:
         raise pytest.UsageError(f"each test needs exactly one of the markers {KINDS}: {unmarked[:10]}")
+    for item in items:
+        if item.get_closest_marker("browser") is not None:
+            item.add_marker(pytest.mark.xdist_group("browser"))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
