@@ -206,14 +206,14 @@ async def relay_permission(request: HttpRequest, payload: PermissionIn) -> Statu
     },
 )
 async def poll_decision(request: HttpRequest, request_id: uuid.UUID) -> Status[DecisionPollOut]:
-    poll = await approvals.permission_wait(
+    result = await approvals.permission_wait(
         run_id=relay_run_id(request),
         request_id=str(request_id),
         wait_seconds=settings.ASK_USER_LONG_POLL_SECONDS,
     )
-    return Status(
-        200 if poll.status == "decided" else 202, DecisionPollOut(status=poll.status, result=poll.result)
-    )
+    if result is None:
+        return Status(202, DecisionPollOut(status="waiting"))
+    return Status(200, DecisionPollOut(status="decided", result=result))
 
 
 @router.post(

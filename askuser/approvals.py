@@ -19,7 +19,6 @@ retried (a dropped connection) gets the same answer; Redis only wakes the waitin
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,16 @@ from django.utils import timezone
 from core import events
 from core.errors import Conflict, Gone, Invalid, NotFound
 from core.questions import FormAnswer, Handoff, questions_from_tool_input
-from core.tool_names import ASK_USER_QUESTION
+from core.tool_names import ASK_USER_QUESTION, FILE_EDIT_TOOLS
 from mcp_server.answers import CANCELLED, SUPERSEDED, TIMED_OUT
-from promptmgr.models import ACTIVE_RUN_STATUSES, PermissionRule, Project, Run, RunStatus
+from promptmgr.models import (
+    ACTIVE_RUN_STATUSES,
+    PermissionMode,
+    PermissionRule,
+    Project,
+    Run,
+    RunStatus,
+)
 from promptmgr.services import run_state
 
 from . import live, previews, services
@@ -62,13 +68,6 @@ DENIED_RUN_ENDED = "The run is ending, so this {tool} call was not run. Do not r
 QUESTION_NOT_ANSWERED = "Could not ask the user ({reason}). Proceed with your best judgment."
 # The CLI's own wording for a write in plan mode (the SDK engine's -p refusals use it too).
 PLAN_MODE_WRITE = "Cannot write to {path} while in plan mode."
-PLAN_MODE = "plan"
-
-
-@dataclass(frozen=True)
-class DecisionPoll:
-    status: str  # waiting | decided
-    result: dict[str, Any] | None = None
 
 
 def _rule_update(rule: str) -> dict[str, Any]:
@@ -80,8 +79,11 @@ def _rule_update(rule: str) -> dict[str, Any]:
     return {"type": "addRules", "rules": [entry], "behavior": "allow", "destination": "session"}
 
 
-def result_for(request: PermissionRequest, timeout: int) -> dict[str, Any] | None:
-    """The permission result for a request that is over; None while it is pending."""
+def result_for(request: PermissionRequest) -> dict[str, Any] | None:
+    """The permission result for a request that is over; None while it is pending.
+
+    ``request`` comes with its run's project (``_load_for_run``): an expiry names its timeout.
+    """
     if request.status == PermissionStatus.ALLOWED:
         result: dict[str, Any] = {"behavior": "allow", "updatedInput": request.tool_input}
         if request.decision == Decision.ALWAYS and request.rule:
@@ -90,7 +92,8 @@ def result_for(request: PermissionRequest, timeout: int) -> dict[str, Any] | Non
     if request.status == PermissionStatus.DENIED:
         return {"behavior": "deny", "message": request.message}
     if request.status == PermissionStatus.EXPIRED:
-        return {"behavior": "deny", "message": DENIED_TIMEOUT.format(tool=request.tool_name, seconds=timeout)}
+        seconds = request.run.conversation.project.ask_user_timeout
+        return {"behavior": "deny", "message": DENIED_TIMEOUT.format(tool=request.tool_name, seconds=seconds)}
     if request.status == PermissionStatus.CANCELLED:
         return {"behavior": "deny", "message": DENIED_RUN_ENDED.format(tool=request.tool_name)}
     return None
@@ -121,10 +124,9 @@ def _event_input(tool_input: dict[str, Any]) -> dict[str, Any]:
 
 def _plan_mode_refusal(project: Project, tool_name: str, tool_input: dict[str, Any]) -> str:
     """Plan mode never writes, whoever would click Allow: the refusal, or "" for other calls."""
-    if project.permission_mode != PLAN_MODE or tool_name not in previews.FILE_TOOLS:
+    if project.permission_mode != PermissionMode.PLAN or tool_name not in FILE_EDIT_TOOLS:
         return ""
-    path = tool_input.get("file_path") or tool_input.get("notebook_path") or ""
-    return PLAN_MODE_WRITE.format(path=path)
+    return PLAN_MODE_WRITE.format(path=previews.file_path(tool_input))
 
 
 def _create(
@@ -203,13 +205,14 @@ async def permission_request_create(
         }
     request, timeout = await sync_to_async(_create)(run_id, source, tool_name, tool_input, tool_use_id)
     request_id = str(request.request_id)
+    created = {
+        "request_id": request_id,
+        "kind": "permission",
+        "expires_at": request.expires_at,
+        "timeout": timeout,
+    }
     if request.status != PermissionStatus.PENDING:
-        return {
-            "request_id": request_id,
-            "kind": "permission",
-            "expires_at": request.expires_at,
-            "timeout": timeout,
-        }
+        return created  # refused at once (plan mode): nothing to show, nobody to wait for
     await live.permission_pending_add(run_id, request_id, ttl=timeout + live.QUESTION_TTL_GRACE)
     await events.append_events(
         run_id,
@@ -218,27 +221,27 @@ async def permission_request_create(
             ("run_status", {"status": RunStatus.WAITING_FOR_USER}),
         ],
     )
-    return {
-        "request_id": request_id,
-        "kind": "permission",
-        "expires_at": request.expires_at,
-        "timeout": timeout,
-    }
+    return created
 
 
 # --- Waiting ------------------------------------------------------------------------------
 
 
-def _timeout_of(run_id: int) -> int:
-    return int(
-        Run.objects.select_related("conversation__project")
-        .get(pk=run_id)
-        .conversation.project.ask_user_timeout
+def _load_for_run(run_id: int, request_id: str) -> PermissionRequest | None:
+    # One query for the request and the project whose timeout an expiry names.
+    return (
+        PermissionRequest.objects.select_related("run__conversation__project")
+        .filter(request_id=request_id, run_id=run_id)
+        .first()
     )
 
 
-def _load_for_run(run_id: int, request_id: str) -> PermissionRequest | None:
-    return PermissionRequest.objects.filter(request_id=request_id, run_id=run_id).first()
+def _question_for_run(run_id: int, request_id: str) -> Question | None:
+    return (
+        Question.objects.select_related("run__conversation__project")
+        .filter(question_id=request_id, run_id=run_id)
+        .first()
+    )
 
 
 def _stored_answer(question: Question) -> Handoff | None:
@@ -248,7 +251,7 @@ def _stored_answer(question: Question) -> Handoff | None:
     return FormAnswer(items=question.answer_items, notes=question.notes).handoff()
 
 
-def _question_result(question: Question, poll: services.PollResult, timeout: int) -> dict[str, Any] | None:
+def _question_result(question: Question, poll: services.PollResult) -> dict[str, Any] | None:
     """AskUserQuestion through the prompt tool: the answers as its updated input, or a deny.
 
     A poll retried after the answer was taken (a dropped response) gets the same answer,
@@ -264,7 +267,7 @@ def _question_result(question: Question, poll: services.PollResult, timeout: int
             return {"behavior": "allow", "updatedInput": updated}
         return {"behavior": "deny", "message": QUESTION_NOT_ANSWERED.format(reason="the answer was empty")}
     messages = {
-        "expired": TIMED_OUT.format(seconds=timeout),
+        "expired": TIMED_OUT.format(seconds=question.run.conversation.project.ask_user_timeout),
         "cancelled": CANCELLED,
         "superseded": SUPERSEDED,
         "consumed": QUESTION_NOT_ANSWERED.format(reason="the answer was collected by an earlier request"),
@@ -274,36 +277,34 @@ def _question_result(question: Question, poll: services.PollResult, timeout: int
     return None
 
 
-async def permission_wait(*, run_id: int, request_id: str, wait_seconds: float) -> DecisionPoll:
-    """The long-poll of the waiting side: the permission result once there is one."""
+async def _question_wait(question: Question, wait_seconds: float) -> dict[str, Any] | None:
+    poll = await services.answer_wait(
+        run_id=question.run_id, question_id=str(question.question_id), wait_seconds=wait_seconds
+    )
+    if poll.status == "consumed":
+        # A retried poll after the answer was taken: the stored answer is what it gets.
+        await question.arefresh_from_db(fields=["answer_items", "notes"])
+    return _question_result(question, poll)
+
+
+async def permission_wait(*, run_id: int, request_id: str, wait_seconds: float) -> dict[str, Any] | None:
+    """The long-poll of the waiting side: the permission result once there is one, else None."""
     request = await sync_to_async(_load_for_run)(run_id, request_id)
     if request is None:
-        if not await Question.objects.filter(question_id=request_id, run_id=run_id).aexists():
+        question = await sync_to_async(_question_for_run)(run_id, request_id)
+        if question is None:
             raise NotFound(MSG_NOT_FOUND)
-        timeout = await sync_to_async(_timeout_of)(run_id)
-        poll = await services.answer_wait(run_id=run_id, question_id=request_id, wait_seconds=wait_seconds)
-        # Read after the wait: the stored answer is what a retried poll gets.
-        question = await Question.objects.aget(question_id=request_id, run_id=run_id)
-        result = _question_result(question, poll, timeout)
-        return DecisionPoll("decided", result) if result is not None else DecisionPoll("waiting")
-    timeout = await sync_to_async(_timeout_of)(run_id)
-    result = result_for(request, timeout)
-    if result is not None:
-        return DecisionPoll("decided", result)
+        return await _question_wait(question, wait_seconds)
     remaining = (request.expires_at - timezone.now()).total_seconds()
-    if remaining > 0:
-        await live.answer_pop(request_id, wait_seconds=max(0.0, min(wait_seconds, remaining)))
+    if request.status == PermissionStatus.PENDING and remaining > 0:
+        await live.answer_pop(request_id, wait_seconds=min(wait_seconds, remaining))
         request = await sync_to_async(_load_for_run)(run_id, request_id)
-        assert request is not None
-        result = result_for(request, timeout)
-        if result is not None:
-            return DecisionPoll("decided", result)
-    if request.expires_at <= timezone.now():
+    assert request is not None
+    if request.status == PermissionStatus.PENDING and request.expires_at <= timezone.now():
         await permission_close(request_id=request_id, status=PermissionStatus.EXPIRED)
         request = await sync_to_async(_load_for_run)(run_id, request_id)
-        assert request is not None
-        return DecisionPoll("decided", result_for(request, timeout))
-    return DecisionPoll("waiting")
+    assert request is not None
+    return result_for(request)
 
 
 # --- Deciding -----------------------------------------------------------------------------

@@ -13,7 +13,13 @@ import contextlib
 import redis
 
 from . import approvals, live
-from .approvals import DecisionPoll, permission_request_create, permission_wait, request_withdraw
+from .approvals import (
+    PLAN_MODE_WRITE,
+    permission_request_create,
+    permission_wait,
+    permissions_close_for_run,
+    request_withdraw,
+)
 from .delivery import ASK_TOOL_NAMES, MCP_ASK_TOOL, SDK_ASK_TOOL, question_result_seen
 from .models import Question, QuestionSource, QuestionStatus
 from .runtime import (
@@ -35,10 +41,10 @@ from .services import (
 )
 
 __all__ = [
+    "PLAN_MODE_WRITE",
     "ASK_TOOL_NAMES",
     "MCP_ASK_TOOL",
     "SDK_ASK_TOOL",
-    "DecisionPoll",
     "DeltaRedactor",
     "forget_questions",
     "permission_request_create",
@@ -52,7 +58,7 @@ __all__ = [
     "question_expire",
     "question_result_seen",
     "questions_cancel_for_dead_run",
-    "questions_close_for_run",
+    "cards_close_for_run",
     "redact_tokens",
     "relay_close",
     "relay_session_open",
@@ -85,6 +91,12 @@ def questions_cancel_for_dead_run(run_id: int) -> int:
         status=QuestionStatus.CANCELLED
     )
     return questions + approvals.permissions_cancel_for_dead_run(run_id)
+
+
+async def cards_close_for_run(run_id: int) -> None:
+    """The run ended: its open questions and permission requests are cancelled, their cards closed."""
+    await questions_close_for_run(run_id=run_id)
+    await permissions_close_for_run(run_id=run_id)
 
 
 async def forget_questions(run_id: int) -> None:

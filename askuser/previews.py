@@ -19,16 +19,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from core.tool_names import FILE_EDIT_TOOLS
+
 MAX_FILE_BYTES = 1024 * 1024
 MAX_PREVIEW_CHARS = 200_000
 EDIT_TOOLS = frozenset({"Edit", "MultiEdit"})
-FILE_TOOLS = frozenset({"Edit", "MultiEdit", "Write", "NotebookEdit"})
 READ_ONLY_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoWrite"})
 SHELL_OPERATORS = ("&&", "||", ";", "|", ">", "<", "`", "$(", "\n", "&")
 
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def file_path(tool_input: dict[str, Any]) -> str:
+    """The file a file tool's call is about ("" when it names none)."""
+    return _text(tool_input.get("file_path") or tool_input.get("notebook_path"))
 
 
 def _pretty(value: Any) -> str:
@@ -177,8 +183,8 @@ def suggested_rule(tool_name: str, tool_input: dict[str, Any], root: Path | None
     """The allow rule "Always allow" adds for this call, or None when there is no safe one."""
     if tool_name == "Bash":
         return _bash_rule(_text(tool_input.get("command")))
-    if tool_name in FILE_TOOLS:
-        path = _text(tool_input.get("file_path") or tool_input.get("notebook_path"))
+    if tool_name in FILE_EDIT_TOOLS:
+        path = file_path(tool_input)
         inside = _inside(root, path)
         if inside is None or root is None:
             return None  # only files of this workspace are ever always-allowed

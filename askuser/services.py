@@ -189,14 +189,10 @@ def _pending_ids(run_id: int) -> list[str]:
     ]
 
 
-async def questions_close_for_run(*, run_id: int, run_status: str) -> None:
-    """The run ended: questions and permission requests still open are cancelled and their
-    cards closed."""
-    from .approvals import permissions_close_for_run  # approvals builds on this module
-
+async def questions_close_for_run(*, run_id: int) -> None:
+    """The run ended: questions still open are cancelled and their cards closed."""
     for question_id in await sync_to_async(_pending_ids)(run_id):
         await question_expire(question_id=question_id, reason="cancelled")
-    await permissions_close_for_run(run_id=run_id)
 
 
 # --- Answering ----------------------------------------------------------------------------

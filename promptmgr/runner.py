@@ -370,7 +370,7 @@ class RunSupervisor:
             await sync_to_async(persist_events)(self.run_id, self.emitted)
 
     async def _close_live(self, ctx: RunContext, outcome: Outcome) -> None:
-        await askuser.questions_close_for_run(run_id=self.run_id, run_status=outcome.status)
+        await askuser.cards_close_for_run(self.run_id)
         if outcome.error:
             await self.emit("error", {"message": outcome.error, "final": True})
         await self.emit(

@@ -32,20 +32,18 @@ from claude_agent_sdk.types import PermissionRuleValue
 from askuser import facade as askuser
 from askuser.facade import QuestionSource
 from core.errors import DomainError, Invalid
-from core.tool_names import ASK_USER_QUESTION
+from core.tool_names import ASK_USER_QUESTION, FILE_EDIT_TOOLS
 from mcp_server.answers import CANCELLED, RUN_ENDED
 from promptmgr.models import PermissionMode
 
 logger = logging.getLogger(__name__)
 
-WRITE_TOOLS = frozenset({"Write", "Edit", "MultiEdit", "NotebookEdit"})
 PATH_KEYS = ("file_path", "notebook_path")
 # How long one wait for the answer lasts before the stop flag and the expiry are checked again.
 WAIT_SLICE = 1.0
 
 MSG_NOT_GRANTED = "Claude requested permissions to use {tool}, but you haven't granted it yet."
 MSG_WRITE_NOT_GRANTED = "Claude requested permissions to write to {path}, but you haven't granted it yet."
-MSG_PLAN_MODE = "Cannot write to {path} while in plan mode."
 MSG_QUESTIONS_OFF = "Asking the user is switched off for this project. Proceed with your best judgment."
 MSG_ASK_FAILED = "Could not ask the user ({error}). Proceed with your best judgment."
 
@@ -55,9 +53,9 @@ PermissionResult = PermissionResultAllow | PermissionResultDeny
 def refusal(tool_name: str, tool_input: dict[str, Any], *, permission_mode: str) -> str:
     """What the CLI engine's ``-p`` mode tells Claude for a call it would have asked about."""
     path = next((str(tool_input[k]) for k in PATH_KEYS if tool_input.get(k)), "")
-    if tool_name in WRITE_TOOLS and path:
+    if tool_name in FILE_EDIT_TOOLS and path:
         if permission_mode == PermissionMode.PLAN:
-            return MSG_PLAN_MODE.format(path=path)
+            return askuser.PLAN_MODE_WRITE.format(path=path)
         return MSG_WRITE_NOT_GRANTED.format(path=path)
     return MSG_NOT_GRANTED.format(tool=tool_name)
 
@@ -131,11 +129,11 @@ class PermissionGate:
         expires it when the time is up, just as the MCP engine's long-poll does.
         """
         while not self.stopping.is_set():
-            poll = await askuser.permission_wait(
+            result = await askuser.permission_wait(
                 run_id=self.run_id, request_id=request_id, wait_seconds=WAIT_SLICE
             )
-            if poll.result is not None:
-                return poll.result
+            if result is not None:
+                return result
         return None
 
 

@@ -53,8 +53,7 @@ async def decide(client: AsyncClient, request_id: str, decision: str, **extra: A
 
 
 async def result_of(run: Run, request_id: str) -> dict[str, Any] | None:
-    poll = await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.5)
-    return poll.result
+    return await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.5)
 
 
 async def new_run(owner: Any) -> Run:
@@ -77,9 +76,8 @@ async def test_a_tool_call_becomes_a_card_and_the_run_waits_for_a_person(
     assert card["preview"] == {"type": "bash", "command": "npm test", "description": "Run the tests"}
     assert card["suggested_rule"] == "Bash(npm test:*)"
     assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.WAITING_FOR_USER
-    assert (
-        await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.2)
-    ).status == "waiting"
+    # Still waiting: no permission result yet.
+    assert await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.2) is None
 
 
 @pytest.mark.asyncio
@@ -196,9 +194,8 @@ async def test_another_users_decision_is_404_and_changes_nothing(
 
     assert response.status_code == 404
     assert response.json() == {"detail": approvals.MSG_NOT_FOUND, "code": "not_found"}
-    assert (
-        await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.1)
-    ).status == "waiting"
+    # Still waiting: no permission result yet.
+    assert await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.1) is None
 
 
 @pytest.mark.asyncio
