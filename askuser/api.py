@@ -19,7 +19,7 @@ from ninja.security import HttpBearer, django_auth
 
 from core.errors import Forbidden, Gone, Unauthorized
 from core.questions import AnswerIn, QuestionSpec
-from core.schemas import ErrorOut
+from core.schemas import errors
 
 from . import approvals, runtime, services
 from .models import Decision, QuestionSource
@@ -125,7 +125,7 @@ class DecisionOut(Schema):
 @router.post(
     "/relay-question",
     auth=relay_auth,
-    response={201: RelayQuestionOut, 401: ErrorOut, 403: ErrorOut, 410: ErrorOut, 422: ErrorOut},
+    response={201: RelayQuestionOut, **errors(401, 403, 410, 422)},
 )
 async def relay_question(request: HttpRequest, payload: QuestionSpec) -> Status[dict[str, Any]]:
     created = await services.question_create(
@@ -140,11 +140,8 @@ async def relay_question(request: HttpRequest, payload: QuestionSpec) -> Status[
     response={
         200: PollOut,
         202: PollOut,
-        401: ErrorOut,
-        403: ErrorOut,
-        404: ErrorOut,
         410: PollOut,
-        422: ErrorOut,
+        **errors(401, 403, 404, 422),
     },
 )
 async def poll_answer(request: HttpRequest, question_id: uuid.UUID) -> Status[PollOut]:
@@ -165,12 +162,7 @@ async def poll_answer(request: HttpRequest, question_id: uuid.UUID) -> Status[Po
     auth=django_auth,
     response={
         200: SubmitOut,
-        401: ErrorOut,
-        403: ErrorOut,
-        404: ErrorOut,
-        409: ErrorOut,
-        410: ErrorOut,
-        422: ErrorOut,
+        **errors(401, 403, 404, 409, 410, 422),
     },
 )
 async def submit_answer(request: HttpRequest, payload: SubmitIn) -> dict[str, Any]:
@@ -180,7 +172,7 @@ async def submit_answer(request: HttpRequest, payload: SubmitIn) -> dict[str, An
 @router.post(
     "/relay-permission",
     auth=relay_auth,
-    response={201: PermissionOut, 401: ErrorOut, 403: ErrorOut, 410: ErrorOut, 422: ErrorOut},
+    response={201: PermissionOut, **errors(401, 403, 410, 422)},
 )
 async def relay_permission(request: HttpRequest, payload: PermissionIn) -> Status[dict[str, Any]]:
     created = await approvals.permission_request_create(
@@ -199,10 +191,7 @@ async def relay_permission(request: HttpRequest, payload: PermissionIn) -> Statu
     response={
         200: DecisionPollOut,
         202: DecisionPollOut,
-        401: ErrorOut,
-        403: ErrorOut,
-        404: ErrorOut,
-        422: ErrorOut,
+        **errors(401, 403, 404, 422),
     },
 )
 async def poll_decision(request: HttpRequest, request_id: uuid.UUID) -> Status[DecisionPollOut]:
@@ -221,12 +210,7 @@ async def poll_decision(request: HttpRequest, request_id: uuid.UUID) -> Status[D
     auth=django_auth,
     response={
         200: DecisionOut,
-        401: ErrorOut,
-        403: ErrorOut,
-        404: ErrorOut,
-        409: ErrorOut,
-        410: ErrorOut,
-        422: ErrorOut,
+        **errors(401, 403, 404, 409, 410, 422),
     },
 )
 async def submit_decision(request: HttpRequest, payload: DecisionIn) -> dict[str, Any]:

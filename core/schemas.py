@@ -11,3 +11,8 @@ class ErrorOut(Schema):
     detail: str
     code: str
     errors: list[dict[str, Any]] | None = None
+
+
+def errors(*statuses: int) -> dict[int, type[ErrorOut]]:
+    """The error answers an operation declares, each with the one error body."""
+    return dict.fromkeys(statuses, ErrorOut)

@@ -21,7 +21,7 @@ from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
 from pydantic import field_validator
 
-from core.schemas import ErrorOut
+from core.schemas import errors
 from promptmgr.models import PermissionRule, Project
 from promptmgr.services.projects import (
     permission_rule_delete,
@@ -92,7 +92,7 @@ class ProjectOut(Schema):
 
 
 @router.get(
-    "", response={200: list[ProjectOut], 401: ErrorOut}, summary="Projects you own or are a member of"
+    "", response={200: list[ProjectOut], **errors(401)}, summary="Projects you own or are a member of"
 )
 def list_projects(request: HttpRequest) -> Any:
     return Project.objects.visible_to(request.user).select_related("owner")
@@ -100,7 +100,7 @@ def list_projects(request: HttpRequest) -> Any:
 
 @router.post(
     "",
-    response={201: ProjectOut, 401: ErrorOut, 403: ErrorOut, 422: ErrorOut},
+    response={201: ProjectOut, **errors(401, 403, 422)},
     summary="Create a project you own",
 )
 def create_project(request: HttpRequest, payload: ProjectIn) -> Any:
@@ -109,7 +109,7 @@ def create_project(request: HttpRequest, payload: ProjectIn) -> Any:
 
 @router.get(
     "/{project_id}",
-    response={200: ProjectOut, 401: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    response={200: ProjectOut, **errors(401, 404, 422)},
     summary="One project",
 )
 def get_project(request: HttpRequest, project_id: int) -> Any:
@@ -118,7 +118,7 @@ def get_project(request: HttpRequest, project_id: int) -> Any:
 
 @router.patch(
     "/{project_id}",
-    response={200: ProjectOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    response={200: ProjectOut, **errors(401, 403, 404, 422)},
     summary="Change some of a project's settings",
 )
 def patch_project(request: HttpRequest, project_id: int, payload: ProjectPatch) -> Any:
@@ -139,7 +139,7 @@ class RuleOut(Schema):
 
 @router.get(
     "/{project_id}/rules",
-    response={200: list[RuleOut], 401: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    response={200: list[RuleOut], **errors(401, 404, 422)},
     summary="The project's always-allow rules",
 )
 def list_rules(request: HttpRequest, project_id: int) -> Any:
@@ -149,7 +149,7 @@ def list_rules(request: HttpRequest, project_id: int) -> Any:
 
 @router.delete(
     "/{project_id}/rules/{rule_id}",
-    response={204: None, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    response={204: None, **errors(401, 403, 404, 422)},
     summary="Remove an always-allow rule (owner only)",
 )
 def delete_rule(request: HttpRequest, project_id: int, rule_id: int) -> Status[None]:

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Router, Schema, Status
 
-from core.schemas import ErrorOut
+from core.schemas import errors
 
 from .models import Run
 from .services import runs as runs_service
@@ -72,13 +72,7 @@ def _events_url(run_id: int) -> str:
     "/projects/{project_id}/runs",
     response={
         201: RunStartOut,
-        401: ErrorOut,
-        403: ErrorOut,
-        404: ErrorOut,
-        409: ErrorOut,
-        422: ErrorOut,
-        429: ErrorOut,
-        503: ErrorOut,
+        **errors(401, 403, 404, 409, 422, 429, 503),
     },
 )
 async def start_run(request: HttpRequest, project_id: int, payload: RunIn) -> Status[RunStartOut]:
@@ -99,7 +93,7 @@ async def start_run(request: HttpRequest, project_id: int, payload: RunIn) -> St
     )
 
 
-@router.get("/runs/{run_id}", response={200: RunOut, 401: ErrorOut, 404: ErrorOut, 422: ErrorOut})
+@router.get("/runs/{run_id}", response={200: RunOut, **errors(401, 404, 422)})
 def get_run(request: HttpRequest, run_id: int) -> Run:
     return runs_service.run_visible(user=request.user, run_id=run_id)
 
@@ -108,19 +102,14 @@ def get_run(request: HttpRequest, run_id: int) -> Run:
     "/runs/{run_id}/cancel",
     response={
         202: RunOut,
-        401: ErrorOut,
-        403: ErrorOut,
-        404: ErrorOut,
-        409: ErrorOut,
-        422: ErrorOut,
-        503: ErrorOut,
+        **errors(401, 403, 404, 409, 422, 503),
     },
 )
 async def cancel_run(request: HttpRequest, run_id: int) -> Status[Run]:
     return Status(202, await runs_service.run_cancel(user=request.user, run_id=run_id))
 
 
-@router.get("/runs/{run_id}/events", response={200: None, 401: ErrorOut, 404: ErrorOut, 422: ErrorOut})
+@router.get("/runs/{run_id}/events", response={200: None, **errors(401, 404, 422)})
 async def run_events(
     request: HttpRequest, run_id: int, last_event_id: int | None = None
 ) -> StreamingHttpResponse:
@@ -136,7 +125,7 @@ async def run_events(
 
 @router.get(
     "/projects/{project_id}/conversations",
-    response={200: list[ConversationListItemOut], 401: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    response={200: list[ConversationListItemOut], **errors(401, 404, 422)},
 )
 def list_conversations(request: HttpRequest, project_id: int) -> Any:
     project = runs_service.project_visible(user=request.user, project_id=project_id)
@@ -145,7 +134,7 @@ def list_conversations(request: HttpRequest, project_id: int) -> Any:
 
 @router.get(
     "/conversations/{conversation_id}",
-    response={200: ConversationDetailOut, 401: ErrorOut, 404: ErrorOut, 422: ErrorOut},
+    response={200: ConversationDetailOut, **errors(401, 404, 422)},
 )
 def get_conversation(request: HttpRequest, conversation_id: int) -> Any:
     conversation = runs_service.conversation_visible(user=request.user, conversation_id=conversation_id)
