@@ -70,9 +70,13 @@ def _dump_json(data: dict[str, Any]) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
+def _strings(items: Any) -> list[str]:
+    """The strings of a JSON list someone may have edited by hand (anything else: none)."""
+    return [v for v in items if isinstance(v, str)] if isinstance(items, list) else []
+
+
 def _with_item(items: Any, item: str, present: bool) -> list[str]:
-    values = [v for v in items if isinstance(v, str)] if isinstance(items, list) else []
-    values = [v for v in values if v != item]
+    values = [v for v in _strings(items) if v != item]
     return values + [item] if present else values
 
 
@@ -105,14 +109,6 @@ def render_settings_local(
     return result
 
 
-def _load_rules(path: Path) -> list[str]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
-        return []
-    return [rule for rule in data if isinstance(rule, str)] if isinstance(data, list) else []
-
-
 def render_claude_md(project: Project) -> str:
     context = project.context.strip()
     return CLAUDE_MD_HEADER + (f"\n{context}\n" if context else "")
@@ -129,13 +125,16 @@ def desired_files(project: Project, root: Path) -> dict[Path, str | None]:
     rules_path = root / ".claude" / RULES_FILE
     rules = list(project.permission_rules.values_list("rule", flat=True))
     local = render_settings_local(
-        _load_json(settings_path), registered=registered, rules=rules, previous_rules=_load_rules(rules_path)
+        _load_json(settings_path),
+        registered=registered,
+        rules=rules,
+        previous_rules=_strings(_load_json(rules_path).get("rules")),
     )
     return {
         root / "CLAUDE.md": render_claude_md(project),
         mcp_path: mcp_content,
         settings_path: _dump_json(local),
-        rules_path: json.dumps(rules, indent=2) + "\n" if rules else None,
+        rules_path: _dump_json({"rules": rules}) if rules else None,
     }
 
 
