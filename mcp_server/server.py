@@ -19,6 +19,7 @@ from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError, WithJsonSchema
 
 from core.questions import Option, QuestionSpec
+from core.tool_names import APPROVE_TOOL, ASK_TOOL, MCP_SERVER_NAME
 
 from . import answers
 from .approvals import approve
@@ -34,10 +35,7 @@ from .errors import (
 from .relay import relay_question, wait_for_answer
 from .relay_http import ClientFactory, shared_client
 
-SERVER_NAME = "ask-user"
-TOOL_NAME = "ask_user"
 TOOL_TITLE = "Ask the user"
-APPROVE_TOOL_NAME = "approve"
 APPROVE_TOOL_TITLE = "Approve a tool call"
 LOG_LEVEL_ENV_VAR = "ASK_USER_LOG_LEVEL"
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
@@ -193,43 +191,35 @@ def _log_level() -> LogLevel:
     return cast(LogLevel, level) if level in get_args(LogLevel) else "WARNING"
 
 
+def _add_tool(server: MCPServer[object], tool: Any, *, name: str, title: str, read_only: bool) -> None:
+    """Register a tool whose docstring is the description the model reads; text results only."""
+    server.add_tool(
+        tool,
+        name=name,
+        title=title,
+        description=inspect.cleandoc(tool.__doc__ or ""),
+        annotations=ToolAnnotations(
+            title=title,
+            read_only_hint=read_only,
+            destructive_hint=False,
+            idempotent_hint=False,
+            open_world_hint=False,
+        ),
+        structured_output=False,
+    )
+
+
 def build_server() -> MCPServer[object]:
     server: MCPServer[object] = MCPServer(
-        SERVER_NAME,
+        MCP_SERVER_NAME,
         title="PromptManager ask-user",
         instructions=INSTRUCTIONS,
         version="0.1.0",
         log_level=_log_level(),
     )
-    server.add_tool(
-        ask_user_tool,
-        name=TOOL_NAME,
-        title=TOOL_TITLE,
-        description=inspect.cleandoc(ask_user_tool.__doc__ or ""),
-        # read-only so plan mode allows it; it only asks, and changes nothing in the workspace.
-        annotations=ToolAnnotations(
-            title=TOOL_TITLE,
-            read_only_hint=True,
-            destructive_hint=False,
-            idempotent_hint=False,
-            open_world_hint=False,
-        ),
-        structured_output=False,
-    )
-    server.add_tool(
-        approve_tool,
-        name=APPROVE_TOOL_NAME,
-        title=APPROVE_TOOL_TITLE,
-        description=inspect.cleandoc(approve_tool.__doc__ or ""),
-        # Not read-only: its allow lets another tool change the workspace. The CLI started with
-        # --permission-prompt-tool hides it from the model (tests/mcp_server/test_approve_with_cli.py).
-        annotations=ToolAnnotations(
-            title=APPROVE_TOOL_TITLE,
-            read_only_hint=False,
-            destructive_hint=False,
-            idempotent_hint=False,
-            open_world_hint=False,
-        ),
-        structured_output=False,
-    )
+    # Read-only so plan mode allows it; it only asks, and changes nothing in the workspace.
+    _add_tool(server, ask_user_tool, name=ASK_TOOL, title=TOOL_TITLE, read_only=True)
+    # Not read-only: its allow lets another tool change the workspace. The CLI started with
+    # --permission-prompt-tool hides it from the model (tests/mcp_server/test_approve_with_cli.py).
+    _add_tool(server, approve_tool, name=APPROVE_TOOL, title=APPROVE_TOOL_TITLE, read_only=False)
     return server
