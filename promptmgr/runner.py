@@ -21,6 +21,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -176,7 +177,9 @@ class RunSupervisor:
     async def _run(self, ctx: RunContext) -> Outcome:
         """Start the turn on the run's engine, read it to the end, judge how it went."""
         project = ctx.project
-        root = workspace_path(project)
+        # Where the run was created to work (what previews and approvals read too); runs
+        # stored before the field existed have none.
+        root = Path(ctx.run.workdir) if ctx.run.workdir else workspace_path(project)
         if not root.exists():
             await sync_to_async(workspace_sync)(project=project)
         start = ENGINES.get(ctx.run.engine, cli_engine.start_turn)
