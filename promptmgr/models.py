@@ -30,6 +30,18 @@ class PermissionMode(models.TextChoices):
     BYPASS = "bypassPermissions", "Bypass permissions (CLI engine only)"
 
 
+class WorkspaceStatus(models.TextChoices):
+    CLONING = "cloning"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class GitSecretKind(models.TextChoices):
+    NONE = "", "None"
+    TOKEN = "token", "Access token (HTTPS)"
+    SSH_KEY = "ssh_key", "Deploy key (SSH)"
+
+
 class ProjectQuerySet(models.QuerySet["Project"]):
     def visible_to(self, user: Any) -> ProjectQuerySet:
         """Projects the user owns or is a member of; nothing for anonymous users."""
@@ -63,6 +75,27 @@ class Project(models.Model):
         max_length=32, choices=PermissionMode.choices, default=PermissionMode.ACCEPT_EDITS
     )
     model = models.CharField(max_length=100, blank=True, help_text="Empty: the CLI's default.")
+    git_url = models.CharField(
+        max_length=1000, blank=True, help_text="Cloned into the workspace; empty: a fresh repository."
+    )
+    git_ref = models.CharField(max_length=255, blank=True, help_text="Branch or tag to start from.")
+    default_branch = models.CharField(max_length=255, blank=True)
+    workspace_status = models.CharField(
+        max_length=16, choices=WorkspaceStatus.choices, default=WorkspaceStatus.READY
+    )
+    workspace_error = models.TextField(blank=True)
+    # Fernet ciphertext (key from the environment); never shown, never logged.
+    git_secret = models.TextField(blank=True, editable=False)
+    git_secret_kind = models.CharField(max_length=16, choices=GitSecretKind.choices, blank=True, default="")
+    commit_after_run = models.BooleanField(
+        default=False, help_text="Commit each run's changes on the conversation's branch."
+    )
+    worktree_copy_globs = models.TextField(
+        blank=True, help_text="Git-ignored files (one glob a line, e.g. .env) copied into new worktrees."
+    )
+    worktree_setup_command = models.TextField(
+        blank=True, help_text="Run once in each new worktree, e.g. npm ci."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -123,6 +156,8 @@ class Conversation(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
     title = models.CharField(max_length=200, blank=True)
     claude_session_id = models.CharField(max_length=100, blank=True)
+    branch = models.CharField(max_length=255, blank=True, help_text="pm/<id>, made from the default branch.")
+    worktree_path = models.CharField(max_length=1000, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -168,6 +203,12 @@ class Run(models.Model):
         max_length=1000, blank=True, help_text="Where Claude works: the run's working directory."
     )
     stream_token = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    # The worktree's state as git objects when the run started and ended (commit ids of
+    # snapshots), so its changes are a plain ``git diff`` between the two.
+    start_snapshot = models.CharField(max_length=64, blank=True)
+    end_snapshot = models.CharField(max_length=64, blank=True)
+    changed_files = models.JSONField(default=list, blank=True)
+    reverted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
