@@ -6,6 +6,9 @@ request.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import os
 from pathlib import Path
 from urllib.parse import urlparse
@@ -46,6 +49,36 @@ def envurl(name: str, default: str, *, schemes: set[str]) -> str:
     if parsed.scheme not in schemes or not (parsed.hostname or parsed.path):
         allowed = ", ".join(sorted(schemes))
         raise ImproperlyConfigured(f"{name} must be a URL with scheme {allowed}, not {value!r}")
+    return value
+
+
+def envschemes(name: str, default: str, *, known: set[str], refused: set[str]) -> tuple[str, ...]:
+    """A comma-separated list of URL schemes, each one of ``known``; ``refused`` never."""
+    raw = os.environ.get(name, default)
+    values = tuple(dict.fromkeys(v.strip().lower() for v in raw.split(",") if v.strip()))
+    bad = [v for v in values if v in refused or v not in known]
+    if bad or not values:
+        raise ImproperlyConfigured(
+            f"{name} must list some of {', '.join(sorted(known))} (comma-separated), not {raw!r}"
+        )
+    return values
+
+
+def envfernetkey(name: str, *, derived_from: str) -> str:
+    """A Fernet key (32 url-safe base64 bytes); unset, one derived from ``derived_from``."""
+    value = os.environ.get(name, "")
+    if not value:
+        digest = hashlib.sha256(b"promptmanager-workspace-secrets:" + derived_from.encode()).digest()
+        return base64.urlsafe_b64encode(digest).decode()
+    try:
+        valid = len(base64.urlsafe_b64decode(value.encode())) == 32
+    except (binascii.Error, ValueError):
+        valid = False
+    if not valid:
+        raise ImproperlyConfigured(
+            f"{name} must be a Fernet key (32 bytes, url-safe base64), e.g. from "
+            "python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
+        )
     return value
 
 
@@ -196,6 +229,23 @@ SSE_HEARTBEAT_SECONDS = envint("SSE_HEARTBEAT_SECONDS", "15", minimum=1, maximum
 EVENT_STREAM_TTL = envint("EVENT_STREAM_TTL", "86400", minimum=60, maximum=30 * 86400)
 
 LOGGING = {
+# --- Workspaces from git ---------------------------------------------------------------
+# URL schemes a project may be cloned over (git's protocol allow-list follows it). "file"
+# lets a project read any repository on this server: only an operator adds it. git's
+# ext:: and fd:: transports run commands and are never allowed.
+WORKSPACE_GIT_SCHEMES = envschemes(
+    "WORKSPACE_GIT_SCHEMES", "https,ssh", known={"https", "ssh", "http", "git", "file"}, refused={"ext", "fd"}
+)
+# Encrypts projects' access tokens and deploy keys (Fernet). Unset, it is derived from
+# SECRET_KEY, so changing SECRET_KEY makes stored credentials unreadable: set it in production.
+WORKSPACE_SECRET_KEY = envfernetkey("WORKSPACE_SECRET_KEY", derived_from=SECRET_KEY)
+WORKSPACE_CLONE_TIMEOUT = envint("WORKSPACE_CLONE_TIMEOUT", "900", minimum=5, maximum=86400)
+WORKSPACE_CLONE_MAX_MB = envint("WORKSPACE_CLONE_MAX_MB", "2048", minimum=1, maximum=1_000_000)
+WORKSPACE_SETUP_TIMEOUT = envint("WORKSPACE_SETUP_TIMEOUT", "600", minimum=1, maximum=86400)
+# A conversation's worktree unused this long is removed by `manage.py sweep_worktrees`
+# (its uncommitted work committed on its branch first).
+WORKTREE_IDLE_DAYS = envint("WORKTREE_IDLE_DAYS", "14", minimum=1, maximum=3650)
+
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
