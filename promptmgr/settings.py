@@ -110,14 +110,15 @@ INSTALLED_APPS = [
     "askuser",
 ]
 
+# Django's own middleware, run on the event loop rather than a thread per step (core/middleware.py).
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "core.middleware.SecurityMiddleware",
+    "core.middleware.SessionMiddleware",
+    "core.middleware.CommonMiddleware",
+    "core.middleware.CsrfViewMiddleware",
+    "core.middleware.AuthenticationMiddleware",
+    "core.middleware.MessageMiddleware",
+    "core.middleware.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "promptmgr.urls"
@@ -228,7 +229,6 @@ RUN_SWEEP_SECONDS = envint("RUN_SWEEP_SECONDS", "10", minimum=1, maximum=3600)
 SSE_HEARTBEAT_SECONDS = envint("SSE_HEARTBEAT_SECONDS", "15", minimum=1, maximum=60)
 EVENT_STREAM_TTL = envint("EVENT_STREAM_TTL", "86400", minimum=60, maximum=30 * 86400)
 
-LOGGING = {
 # --- Workspaces from git ---------------------------------------------------------------
 # URL schemes a project may be cloned over (git's protocol allow-list follows it). "file"
 # lets a project read any repository on this server: only an operator adds it. git's
@@ -246,6 +246,7 @@ WORKSPACE_SETUP_TIMEOUT = envint("WORKSPACE_SETUP_TIMEOUT", "600", minimum=1, ma
 # (its uncommitted work committed on its branch first).
 WORKTREE_IDLE_DAYS = envint("WORKTREE_IDLE_DAYS", "14", minimum=1, maximum=3650)
 
+LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
