@@ -297,7 +297,10 @@ async def permission_wait(*, run_id: int, request_id: str, wait_seconds: float) 
         return await _question_wait(question, wait_seconds)
     remaining = (request.expires_at - timezone.now()).total_seconds()
     if request.status == PermissionStatus.PENDING and remaining > 0:
-        await live.answer_pop(request_id, wait_seconds=min(wait_seconds, remaining))
+        woken = await live.answer_pop(request_id, wait_seconds=min(wait_seconds, remaining))
+        if woken is not None and isinstance(woken.get("result"), dict):
+            # A decision brings its result along: the tool starts without a database trip.
+            return dict(woken["result"])
         request = await sync_to_async(_load_for_run)(run_id, request_id)
     assert request is not None
     if request.status == PermissionStatus.PENDING and request.expires_at <= timezone.now():
@@ -339,6 +342,11 @@ def _add_rule(project: Project, rule: str, user: Any) -> None:
 
 
 def _decide(request_id: str, user: Any, decision: str, message: str) -> PermissionRequest:
+    """Record the first decision (compare-and-set on the pending status); nothing else.
+
+    What is not needed for the waiting tool call to go on (the always-allow rule, the run's
+    status) is done by ``_after_decision``, once the waiting side has been woken.
+    """
     request = _load_for_user(request_id, user)
     _check_open(request)
     if decision == Decision.ALWAYS and not request.suggested_rule:
@@ -346,34 +354,50 @@ def _decide(request_id: str, user: Any, decision: str, message: str) -> Permissi
     allowed = decision in (Decision.ALLOW, Decision.ALWAYS)
     tool = request.tool_name
     told = DENIED_WITH.format(tool=tool, message=message) if message else DENIED.format(tool=tool)
-    with transaction.atomic():
-        updated = PermissionRequest.objects.filter(
-            pk=request.pk, status=PermissionStatus.PENDING, expires_at__gt=timezone.now()
-        ).update(
-            status=PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED,
-            decision=decision,
-            rule=request.suggested_rule if decision == Decision.ALWAYS else "",
-            message="" if allowed else told,
-            decided_by=user,
-            decided_at=timezone.now(),
-        )
+    fields = {
+        "status": PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED,
+        "decision": decision,
+        "rule": request.suggested_rule if decision == Decision.ALWAYS else "",
+        "message": "" if allowed else told,
+        "decided_by": user,
+        "decided_at": timezone.now(),
+    }
+    updated = PermissionRequest.objects.filter(
+        pk=request.pk, status=PermissionStatus.PENDING, expires_at__gt=timezone.now()
+    ).update(**fields)
+    if not updated:
         request.refresh_from_db()
-        if not updated:
-            _check_open(request)  # somebody else got there first: 409 or 410
-            raise Conflict(MSG_ALREADY_DECIDED, code="already_decided")
-        if decision == Decision.ALWAYS:
-            _add_rule(request.run.conversation.project, request.rule, user)
-        services.resume_if_idle(request.run_id)
+        _check_open(request)  # somebody else got there first: 409 or 410
+        raise Conflict(MSG_ALREADY_DECIDED, code="already_decided")
+    for name, value in fields.items():
+        setattr(request, name, value)
     return request
+
+
+def _after_decision(request: PermissionRequest) -> None:
+    with transaction.atomic():
+        # The run's row is the lock a new request of the same run takes too (``_create``):
+        # a request made meanwhile is either seen pending here or marks the run waiting after.
+        Run.objects.select_for_update().filter(pk=request.run_id).exists()
+        if request.decision == Decision.ALWAYS:
+            _add_rule(request.run.conversation.project, request.rule, request.decided_by)
+        services.resume_if_idle(request.run_id)
 
 
 async def permission_decide(
     *, request_id: str, user: Any, decision: str, message: str = ""
 ) -> dict[str, Any]:
-    """Record the first decision and wake the waiting Claude turn."""
+    """Record the first decision and wake the waiting Claude turn.
+
+    The wake carries the permission result, so the waiting side answers the CLI at once;
+    a poll retried later rebuilds the same result from the database.
+    """
     request = await sync_to_async(_decide)(request_id, user, decision, message.strip())
     remaining = max(1, int((request.expires_at - timezone.now()).total_seconds()))
-    await live.answer_wake(request_id, ttl=remaining + live.QUESTION_TTL_GRACE)
+    await live.answer_push(
+        request_id, {"result": result_for(request)}, ttl=remaining + live.QUESTION_TTL_GRACE
+    )
+    await sync_to_async(_after_decision)(request)
     await live.permission_pending_remove(request.run_id, request_id)
     decided_at = request.decided_at or timezone.now()
     event = {
