@@ -12,6 +12,7 @@ from django.db.models import Q
 
 ASK_USER_TIMEOUT_MIN = 30
 ASK_USER_TIMEOUT_MAX = 900
+ANSWER_POLICY_DELAY_MAX = ASK_USER_TIMEOUT_MAX
 
 
 def _default_ask_user_timeout() -> int:
@@ -28,6 +29,12 @@ class PermissionMode(models.TextChoices):
     ACCEPT_EDITS = "acceptEdits", "Accept edits"
     PLAN = "plan", "Plan (read-only)"
     BYPASS = "bypassPermissions", "Bypass permissions (CLI engine only)"
+
+
+class AnswerPolicy(models.TextChoices):
+    OFF = "off", "Off: people answer"
+    SUGGEST = "suggest", "Suggest: the policy's answer is shown, a person decides"
+    AUTO = "auto", "Auto: the policy answers after the delay unless a person answers first"
 
 
 class WorkspaceStatus(models.TextChoices):
@@ -73,6 +80,27 @@ class Project(models.Model):
     )
     permission_mode = models.CharField(
         max_length=32, choices=PermissionMode.choices, default=PermissionMode.ACCEPT_EDITS
+    )
+    answer_policy = models.CharField(
+        max_length=8,
+        choices=AnswerPolicy.choices,
+        default=AnswerPolicy.OFF,
+        help_text="Whether an agent answers Claude's questions by the team's instructions.",
+    )
+    answer_policy_delay = models.PositiveIntegerField(
+        "answer-policy delay (s)",
+        default=30,
+        validators=[MaxValueValidator(ANSWER_POLICY_DELAY_MAX)],
+        help_text="Auto: seconds a person has to answer first; 0 answers at once.",
+    )
+    answer_policy_instructions = models.TextField(
+        blank=True, help_text="The team's rules for answering, in plain words."
+    )
+    answer_policy_permissions = models.BooleanField(
+        "policy decides tool approvals",
+        default=False,
+        help_text="Let the policy decide tool approvals too (read-only tools; Bash only if the "
+        "instructions allow it).",
     )
     model = models.CharField(max_length=100, blank=True, help_text="Empty: the CLI's default.")
     git_url = models.CharField(
