@@ -23,6 +23,16 @@ class QuestionStatus(models.TextChoices):
     CANCELLED = "cancelled"
     # A newer question of the same run replaced it before anybody answered.
     SUPERSEDED = "superseded"
+    # Answered after it expired: the answer went to Claude as a user message.
+    LATE = "late"
+
+
+class LateDelivery(models.TextChoices):
+    """How a late answer (or a message sent while Claude works) reached Claude."""
+
+    TURN = "turn", "into the running turn"
+    NEXT_TURN = "next_turn", "as the run's next turn"
+    NEXT_PROMPT = "next_prompt", "as the conversation's next prompt"
 
 
 class QuestionQuerySet(models.QuerySet["Question"]):
@@ -54,6 +64,16 @@ class Question(models.Model):
         related_name="answered_questions",
     )
     answered_at = models.DateTimeField(null=True, blank=True)
+    answered_by_policy = models.BooleanField(default=False)
+    late_delivery = models.CharField(max_length=12, choices=LateDelivery.choices, blank=True)
+    late_run = models.ForeignKey(
+        Run,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The run a late answer started as its prompt.",
+    )
     delivered_at = models.DateTimeField(null=True, blank=True)
     delivery_mismatch = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -113,6 +133,7 @@ class PermissionRequest(models.Model):
         related_name="permission_decisions",
     )
     decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by_policy = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = PermissionRequestQuerySet.as_manager()
@@ -122,3 +143,65 @@ class PermissionRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.status})"
+
+
+class PolicyMode(models.TextChoices):
+    SUGGEST = "suggest"
+    AUTO = "auto"
+
+
+class PolicyDecision(models.TextChoices):
+    ANSWER = "answer", "Answer"
+    ALLOW = "allow", "Allow"
+    DENY = "deny", "Deny"
+    DEFER = "defer", "Leave it to a person"
+
+
+class PolicyOutcome(models.TextChoices):
+    SUGGESTED = "suggested", "Shown as a suggestion"
+    WAITING = "waiting", "Waiting for the delay"
+    APPLIED = "applied", "Answered by the policy"
+    PERSON_FIRST = "person_first", "A person answered first"
+    OVERRIDDEN = "overridden", "Overridden by a person"
+    DEFERRED = "deferred", "Left to a person"
+    CLOSED = "closed", "The card closed first"
+    FAILED = "failed", "The policy agent failed"
+
+
+class PolicyAnswer(models.Model):
+    """One decision of the answering-by-policy agent on a question or a tool approval.
+
+    Kept whether or not it was applied: the reasoning, the model that gave it and what it
+    cost, and what became of it (``outcome``)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="policy_answers")
+    question = models.ForeignKey(
+        Question, null=True, blank=True, on_delete=models.CASCADE, related_name="policy_answers"
+    )
+    permission_request = models.ForeignKey(
+        PermissionRequest, null=True, blank=True, on_delete=models.CASCADE, related_name="policy_answers"
+    )
+    mode = models.CharField(max_length=8, choices=PolicyMode.choices)
+    decision = models.CharField(max_length=8, choices=PolicyDecision.choices)
+    answers = models.JSONField(null=True, blank=True, help_text="{question text: answer text}")
+    answer_body = models.JSONField(null=True, blank=True, help_text="The answer as submit-answer takes it.")
+    message = models.TextField(blank=True, help_text="What Claude is told with a deny.")
+    reasoning = models.TextField(blank=True)
+    # A category that is always left to a person (credentials, destructive…), decided
+    # without the model.
+    reserved = models.CharField(max_length=40, blank=True)
+    model = models.CharField(max_length=100, blank=True)
+    usage = models.JSONField(default=dict, blank=True, help_text="The model's token usage.")
+    error = models.TextField(blank=True)
+    outcome = models.CharField(max_length=14, choices=PolicyOutcome.choices)
+    overridden_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"policy {self.decision} ({self.outcome})"
