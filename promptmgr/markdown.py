@@ -8,6 +8,10 @@ the worker, and the GIL means a thread would only spread the stall out.
 worker's own; short ones cost less to render than the round trip and are rendered in
 place.
 
+Fenced code with a language (```py) is highlighted by Pygments here, on the server, so
+the page needs no highlighting script and the result is sanitized like the rest: tokens
+become ``<span class="hl-…">`` (coloured by static/css/chat.css, light and dark).
+
 The pool's process is spawned, so it imports the main module again: every entry point
 that serves the app (the uvicorn and pytest scripts, ``manage.py``, ``bench/``) keeps its
 work under ``if __name__ == "__main__"``, as multiprocessing requires.
@@ -27,14 +31,36 @@ from concurrent.futures.process import BrokenProcessPool
 
 import nh3
 from markdown_it import MarkdownIt
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+from pygments.util import ClassNotFound
 
 logger = logging.getLogger(__name__)
 
-_md = MarkdownIt("commonmark", {"html": False, "linkify": False}).enable("table").enable("strikethrough")
+# Spans with classes only (no inline styles: the CSP forbids them), prefixed to stay apart.
+_formatter = HtmlFormatter(nowrap=True, classprefix="hl-")
+# A block past this is shown plain: highlighting costs far more than rendering.
+HIGHLIGHT_MAX_CHARS = 50_000
+
+
+def _highlight(code: str, lang: str, attrs: str) -> str:
+    """Pygments' spans for a fenced block with a known language; "" lets markdown-it escape it."""
+    if not lang or len(code) > HIGHLIGHT_MAX_CHARS:
+        return ""
+    try:
+        lexer = get_lexer_by_name(lang.split()[0], stripnl=False, ensurenl=False)
+    except ClassNotFound:
+        return ""
+    return highlight(code, lexer, _formatter)
+
+
+_md = MarkdownIt("commonmark", {"html": False, "linkify": False, "highlight": _highlight})
+_md.enable("table").enable("strikethrough")
 
 ALLOWED_TAGS = {
     "p", "br", "hr", "strong", "em", "del", "code", "pre", "blockquote", "ul", "ol", "li",
-    "h1", "h2", "h3", "h4", "h5", "h6", "a", "table", "thead", "tbody", "tr", "th", "td",
+    "h1", "h2", "h3", "h4", "h5", "h6", "a", "table", "thead", "tbody", "tr", "th", "td", "span",
 }  # fmt: skip
 
 # 0.8 ms of rendering in place; through the pool it costs 1.3 ms (bench/machinery.py).
@@ -48,7 +74,13 @@ def render_markdown(text: str) -> str:
     return nh3.clean(
         html,
         tags=ALLOWED_TAGS,
-        attributes={"a": {"href", "title"}, "code": {"class"}, "th": {"align"}, "td": {"align"}},
+        attributes={
+            "a": {"href", "title"},
+            "code": {"class"},
+            "span": {"class"},
+            "th": {"align"},
+            "td": {"align"},
+        },
         url_schemes={"http", "https", "mailto"},
         link_rel="noopener noreferrer nofollow",
     )

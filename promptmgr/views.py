@@ -1,22 +1,45 @@
-"""Browser pages: the project list (with the create form) and a project's page."""
+"""Browser pages: the project list (with the create form), a project's chat page and its settings."""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.csrf import ensure_csrf_cookie
-from django.views.decorators.http import require_http_methods
+from django.views.decorators.http import require_http_methods, require_POST
 
-from promptmgr.forms import ProjectCreateForm
+from core.errors import Conflict, Forbidden, NotFound
+from promptmgr.forms import MemberAddForm, ProjectCreateForm, ProjectDeleteForm, ProjectSettingsForm
+from promptmgr.markdown import render_markdown_async
 from promptmgr.models import Project
-from promptmgr.services.projects import project_create, project_for_user
+from promptmgr.services.demo import demo_triggers, project_asks_user
+from promptmgr.services.projects import (
+    ProjectNotFound,
+    permission_rule_delete,
+    project_create,
+    project_delete,
+    project_for_user,
+    project_member_add,
+    project_member_remove,
+    project_update,
+)
 
 PROJECT_CREATED = "Project “{name}” created."
+SETTINGS_SAVED = "Settings saved."
+MEMBER_ADDED = "{username} can now open this project."
+MEMBER_REMOVED = "{username} no longer has access to this project."
+RULE_REMOVED = "Rule {rule} removed."
+PROJECT_DELETED = "Project “{name}” deleted."
+# A streaming reply is rendered again as it grows; a reply this long is past any real one.
+MARKDOWN_MAX_CHARS = 500_000
+MARKDOWN_BAD_BODY = f'Send {{"text": "…"}} with at most {MARKDOWN_MAX_CHARS} characters.'
 
 
 @login_required
@@ -54,6 +77,133 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "cancel_url": with_id_slot("api:cancel_run", "run_id"),
         "submit_answer_url": reverse("api:submit_answer"),
         "submit_decision_url": reverse("api:submit_decision"),
+        "markdown_url": reverse("markdown_preview"),
         "csrf_cookie": settings.CSRF_COOKIE_NAME,
     }
-    return render(request, "projects/detail.html", {"project": project, "chat": chat})
+    context = {
+        "project": project,
+        "chat": chat,
+        "ask_user_on": project_asks_user(project),
+        "demo_triggers": demo_triggers(project=project) if settings.DEMO_MODEL else [],
+    }
+    return render(request, "projects/detail.html", context)
+
+
+def _settings_page(
+    request: HttpRequest,
+    project: Project,
+    *,
+    form: ProjectSettingsForm | None = None,
+    member_form: MemberAddForm | None = None,
+    delete_form: ProjectDeleteForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    initial = {name: getattr(project, name) for name in ProjectSettingsForm.base_fields}
+    context: dict[str, Any] = {
+        "project": project,
+        "is_owner": project.owner_id == request.user.pk,
+        "form": form or ProjectSettingsForm(initial=initial, user=request.user, project=project),
+        "member_form": member_form or MemberAddForm(),
+        "delete_form": delete_form or ProjectDeleteForm(project=project),
+        "members": project.members.order_by("username"),
+        "rules": project.permission_rules.select_related("added_by"),
+    }
+    return render(request, "projects/settings.html", context, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def project_settings(request: HttpRequest, project_id: int) -> HttpResponse:
+    """Owner and members change how Claude runs here; owner-only parts show to the owner only."""
+    project = project_for_user(user=request.user, project_id=project_id)
+    if request.method == "GET":
+        return _settings_page(request, project)
+    form = ProjectSettingsForm(request.POST, user=request.user, project=project)
+    if form.is_valid():
+        try:
+            project_update(project=project, actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_service_errors(exc)
+        else:
+            messages.success(request, SETTINGS_SAVED)
+            return redirect("project_settings", project_id=project.pk)
+    return _settings_page(request, project, form=form, status=400)
+
+
+@login_required
+@require_POST
+def project_member_add_view(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = project_for_user(user=request.user, project_id=project_id)
+    form = MemberAddForm(request.POST)
+    if form.is_valid():
+        try:
+            user = _owner_action(project_member_add, project=project, actor=request.user, **form.cleaned_data)
+        except ValidationError as exc:
+            form.add_service_errors(exc)
+        else:
+            messages.success(request, MEMBER_ADDED.format(username=user.get_username()))
+            return redirect("project_settings", project_id=project.pk)
+    return _settings_page(request, project, member_form=form, status=400)
+
+
+@login_required
+@require_POST
+def project_member_remove_view(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = project_for_user(user=request.user, project_id=project_id)
+    username = request.POST.get("username", "")
+    _owner_action(project_member_remove, project=project, actor=request.user, username=username)
+    messages.success(request, MEMBER_REMOVED.format(username=username))
+    return redirect("project_settings", project_id=project.pk)
+
+
+@login_required
+@require_POST
+def project_rule_remove(request: HttpRequest, project_id: int, rule_id: int) -> HttpResponse:
+    project = project_for_user(user=request.user, project_id=project_id)
+    rule = project.permission_rules.filter(pk=rule_id).values_list("rule", flat=True).first()
+    _owner_action(permission_rule_delete, project=project, actor=request.user, rule_id=rule_id)
+    messages.success(request, RULE_REMOVED.format(rule=rule))
+    return redirect("project_settings", project_id=project.pk)
+
+
+@login_required
+@require_POST
+def project_delete_view(request: HttpRequest, project_id: int) -> HttpResponse:
+    project = project_for_user(user=request.user, project_id=project_id)
+    form = ProjectDeleteForm(request.POST, project=project)
+    if not form.is_valid():
+        return _settings_page(request, project, delete_form=form, status=400)
+    name = project.name
+    try:
+        _owner_action(project_delete, project=project, actor=request.user)
+    except Conflict as exc:
+        form.add_error(None, exc.detail)
+        return _settings_page(request, project, delete_form=form, status=409)
+    messages.success(request, PROJECT_DELETED.format(name=name))
+    return redirect("project_list")
+
+
+def _owner_action(action: Any, **kwargs: Any) -> Any:
+    """Run an owner-only service; its domain errors become the page answers Django knows."""
+    try:
+        return action(**kwargs)
+    except Forbidden as exc:
+        raise PermissionDenied(exc.detail) from None
+    except NotFound as exc:
+        raise ProjectNotFound(exc.detail) from None
+
+
+@login_required
+@require_POST
+async def markdown_preview(request: HttpRequest) -> HttpResponse:
+    """Claude's text while it streams, rendered and sanitized as a complete reply is.
+
+    The chat page asks again as the text grows (at most a few times a second per reply);
+    the complete ``assistant_text`` event then brings the final HTML."""
+    try:
+        text = json.loads(request.body)["text"]
+    except (ValueError, KeyError, TypeError):
+        text = None
+    if not isinstance(text, str) or len(text) > MARKDOWN_MAX_CHARS:
+        return JsonResponse({"detail": MARKDOWN_BAD_BODY, "code": "invalid"}, status=422)
+    return JsonResponse({"html": await render_markdown_async(text)})

@@ -6,7 +6,8 @@ A prompt picks its script in one of two ways:
   A step is an object with any of ``text`` (str), ``repeat`` (int, repeats the text),
   ``tool_use`` ({"name", "input"}), ``quote_tool_results`` (bool: append the tool
   results received since the prompt), ``quote_earlier_prompts`` (bool: append the
-  conversation's earlier prompts), ``pace_ms`` and ``chunk_chars`` (streaming pace).
+  conversation's earlier prompts), ``quote_user_messages`` (bool: append the messages the
+  user sent while the turn ran), ``pace_ms`` and ``chunk_chars`` (streaming pace).
 * otherwise a named demo scenario, chosen by keywords, so the offline demo shows the
   whole flow to a new user.
 
@@ -54,6 +55,8 @@ class Conversation:
     tool_names: list[str] = field(default_factory=list)
     turns_since_prompt: int = 0
     tool_results: list[dict[str, Any]] = field(default_factory=list)
+    # What the user sent while the turn ran, as the CLI hands it to the model (``interjections``).
+    user_messages: list[str] = field(default_factory=list)
 
 
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>", re.S)
@@ -112,8 +115,41 @@ def read_conversation(body: dict[str, Any]) -> Conversation:
         earlier_prompts=earlier,
         tool_names=tools,
         turns_since_prompt=sum(1 for m in after if m.get("role") == "assistant"),
+        user_messages=interjections(after),
         tool_results=results,
     )
+
+
+def _system_text(body: dict[str, Any]) -> str:
+    system = body.get("system")
+    if isinstance(system, str):
+        return system
+    return "\n".join(str(b.get("text", "")) for b in system or [] if isinstance(b, dict))
+
+
+# How the CLI hands the model a user message that arrived on its stream-json input while a
+# turn ran: a system message that starts so, inside the running turn.
+MID_TURN_PREFACE = "The user sent a new message while you were working:\n"
+MID_TURN_CLOSING = "\n\nThis is how Claude Code surfaces"
+
+
+def interjections(messages: list[dict[str, Any]]) -> list[str]:
+    """The texts of the user messages the CLI slipped into the running turn."""
+    found = []
+    for message in messages:
+        if message.get("role") not in ("system", "user"):
+            continue
+        text = _block_text(message.get("content"))
+        start = text.find(MID_TURN_PREFACE)
+        if start < 0:
+            continue
+        body = text[start + len(MID_TURN_PREFACE) :]
+        found.append(body.split(MID_TURN_CLOSING, 1)[0].strip())
+    return found
+
+
+def quote_user_messages(messages: list[str]) -> str:
+    return "User messages received: " + json.dumps(messages, ensure_ascii=False)
 
 
 def parse_script(prompt: str) -> list[dict[str, Any]] | None:
@@ -142,6 +178,8 @@ def _step_reply(step: dict[str, Any], conversation: Conversation) -> Reply:
     if step.get("quote_earlier_prompts"):
         # Proves a resumed session: the model saw the conversation's earlier prompts.
         text = (text + "\n" if text else "") + "Earlier prompts: " + json.dumps(conversation.earlier_prompts)
+    if step.get("quote_user_messages"):
+        text = (text + "\n" if text else "") + quote_user_messages(conversation.user_messages)
     if step.get("quote_tool_results"):
         text = (text + "\n" if text else "") + quote_results(conversation.tool_results)
     if step.get("acknowledge_answer"):
@@ -172,44 +210,157 @@ DEMO_QUESTION = {
     "multiSelect": False,
 }
 
+DEMO_FORM = [
+    DEMO_QUESTION,
+    {
+        "question": "Which checks should run before I finish?",
+        "header": "Checks",
+        "options": [
+            {"label": "Lint", "description": "Style and obvious mistakes."},
+            {"label": "Types", "description": "The type checker."},
+            {"label": "Tests", "description": "The test suite."},
+        ],
+        "multiSelect": True,
+    },
+]
 
-def _demo_script(conversation: Conversation) -> list[dict[str, Any]]:
+# Not read-only (so it needs approval) and harmless: it only writes into the workspace.
+DEMO_COMMAND = "mkdir -p demo && date > demo/approved.txt"
+DEMO_FILE = "demo/greeting.md"
+
+
+@dataclass(frozen=True)
+class DemoTrigger:
+    """A word that makes the offline demo show one part of the app; the chat page lists them."""
+
+    word: str
+    example: str
+    what: str
+    needs_ask_user: bool
+
+
+DEMO_TRIGGERS = (
+    DemoTrigger("ask", "Please ask me which approach to take.", "Claude asks you a question on a card", True),
+    DemoTrigger("form", "Show me a form with two questions.", "a form of several questions at once", True),
+    DemoTrigger("run", "Run a command in the workspace.", "Claude asks your approval to run a command", True),
+    DemoTrigger(
+        "edit", "Edit a file in the workspace.", "Claude writes a file, then edits it: see the diff", False
+    ),
+)
+_TRIGGER_WORDS = {
+    "form": r"\bforms?\b",
+    "run": r"\b(run|command)\b",
+    "edit": r"\b(edit|change|diff)\b",
+    "ask": r"\b(ask|question|choose|decide)\b",
+}
+_WORKING_DIRECTORY = re.compile(r"Working directory: (\S+)")
+
+
+def demo_trigger(prompt: str) -> str | None:
+    """The trigger word a prompt contains, tried in the order of ``_TRIGGER_WORDS``."""
+    for word, pattern in _TRIGGER_WORDS.items():
+        if re.search(pattern, prompt, re.I):
+            return word
+    return None
+
+
+def _welcome_text(conversation: Conversation, asks: bool) -> str:
+    lines = [
+        "This is the **offline demo model** answering (no `ANTHROPIC_API_KEY` is set).",
+        f"You wrote: {conversation.prompt.strip()[:500]}",
+        "Try a prompt with one of these words:",
+    ]
+    for trigger in DEMO_TRIGGERS:
+        off = " (off: questions are off for this project)" if trigger.needs_ask_user and not asks else ""
+        lines.append(f"- *{trigger.word}*: {trigger.what}{off}")
+    return "\n\n".join(lines[:3]) + "\n\n" + "\n".join(lines[3:])
+
+
+def _demo_script(conversation: Conversation, system: str) -> list[dict[str, Any]]:
     """What the offline demo model does with a free-form prompt."""
-    wants_question = re.search(r"\b(ask|question|choose|decide)\b", conversation.prompt, re.I)
-    if wants_question and ASK_USER_TOOL in conversation.tool_names:
+    has_mcp_ask = ASK_USER_TOOL in conversation.tool_names
+    has_form = ASK_USER_QUESTION_TOOL in conversation.tool_names
+    # Both engines offer one of the two ask tools exactly when ask-user is on; with it on,
+    # tool calls that need approval reach a card as well.
+    asks = has_mcp_ask or has_form
+    trigger = demo_trigger(conversation.prompt)
+    if trigger in {"ask", "form", "run"} and not asks:
         return [
             {
-                "text": "I need a decision from you before I go on.",
-                "tool_use": {"name": ASK_USER_TOOL, "input": DEMO_QUESTION},
+                "text": (
+                    "Questions and approvals are **off** for this project, so I cannot ask you "
+                    "anything or wait for your approval. Turn them on in the project's Settings "
+                    "(“Let Claude ask questions”) and try again."
+                )
+            }
+        ]
+    if trigger == "ask":
+        if has_mcp_ask:
+            tool = {"name": ASK_USER_TOOL, "input": DEMO_QUESTION}
+        else:
+            tool = {"name": ASK_USER_QUESTION_TOOL, "input": {"questions": [DEMO_QUESTION]}}
+        return [
+            {"text": "I need a decision from you before I go on.", "tool_use": tool},
+            {"acknowledge_answer": True},
+        ]
+    if trigger == "form" and has_form:
+        return [
+            {
+                "text": "Two decisions before I start; answer both on one card.",
+                "tool_use": {"name": ASK_USER_QUESTION_TOOL, "input": {"questions": DEMO_FORM}},
             },
             {"acknowledge_answer": True},
         ]
-    if wants_question and ASK_USER_QUESTION_TOOL in conversation.tool_names:
+    if trigger == "form":
+        return [{"text": "This engine offers no multi-question form right now; try *ask* instead."}]
+    if trigger == "run":
         return [
             {
-                "text": "I need a decision from you before I go on.",
+                "text": "I'd like to run a command in the workspace. It needs your approval.",
                 "tool_use": {
-                    "name": ASK_USER_QUESTION_TOOL,
-                    "input": {"questions": [DEMO_QUESTION]},
+                    "name": "Bash",
+                    "input": {
+                        "command": DEMO_COMMAND,
+                        "description": "Write the date into demo/approved.txt",
+                    },
                 },
             },
-            {"acknowledge_answer": True},
+            {
+                "text": "Here is what happened: the tool answered, and the card shows your decision.",
+                "quote_tool_results": True,
+            },
         ]
-    return [
-        {
-            "text": (
-                "This is the **offline demo model** answering (no `ANTHROPIC_API_KEY` is set).\n\n"
-                f"You wrote: {conversation.prompt.strip()[:500]}\n\n"
-                "Type a prompt containing the word *ask* to see Claude ask you a question."
-            )
-        }
-    ]
+    if trigger == "edit":
+        found = _WORKING_DIRECTORY.search(system)
+        path = f"{found.group(1).rstrip('/')}/{DEMO_FILE}" if found else DEMO_FILE
+        return [
+            {
+                "text": f"First I create `{DEMO_FILE}`.",
+                "tool_use": {
+                    "name": "Write",
+                    "input": {"file_path": path, "content": "# Hello\n\nA first draft.\n"},
+                },
+            },
+            {
+                "text": "Now I change one line; open the Edit call below to see the diff.",
+                "tool_use": {
+                    "name": "Edit",
+                    "input": {
+                        "file_path": path,
+                        "old_string": "A first draft.",
+                        "new_string": "A second, better draft.",
+                    },
+                },
+            },
+            {"text": "Done: the file was written, then edited."},
+        ]
+    return [{"text": _welcome_text(conversation, asks)}]
 
 
 def next_reply(body: dict[str, Any]) -> Reply:
     """The reply for this request: the step of the script the conversation has reached."""
     conversation = read_conversation(body)
-    steps = parse_script(conversation.prompt) or _demo_script(conversation)
+    steps = parse_script(conversation.prompt) or _demo_script(conversation, _system_text(body))
     if conversation.turns_since_prompt >= len(steps):
         # A script that ran out ends the turn quietly instead of looping on tools.
         return Reply(text="Done.")

@@ -8,13 +8,15 @@ tests assert on.
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.http import Http404
 
-from core.errors import Forbidden, NotFound
+from core.errors import Conflict, Forbidden, NotFound
 from promptmgr.models import (
     ASK_USER_TIMEOUT_MAX,
     ASK_USER_TIMEOUT_MIN,
@@ -22,8 +24,9 @@ from promptmgr.models import (
     PermissionMode,
     PermissionRule,
     Project,
+    Run,
 )
-from promptmgr.workspaces import workspace_sync
+from promptmgr.workspaces import workspace_path, workspace_sync
 
 NAME_REQUIRED = "Give the project a name."
 ENGINE_INVALID = "Engine must be one of: " + ", ".join(Engine.values) + "."
@@ -39,6 +42,13 @@ SDK_BYPASS_REFUSED = (
 PROJECT_NOT_FOUND = "Project not found."
 RULE_NOT_FOUND = "No such rule in this project."
 RULES_OWNER_ONLY = "Only the project's owner can remove an always-allow rule."
+NAME_TAKEN = "You already have a project named “{name}”. Choose another name."
+OWNER_ONLY = "Only the project's owner can do that."
+MEMBER_UNKNOWN = "There is no user named “{username}”."
+MEMBER_IS_OWNER = "“{username}” owns this project already."
+MEMBER_ALREADY = "“{username}” is already a member."
+MEMBER_NOT_FOUND = "“{username}” is not a member of this project."
+DELETE_RUN_ACTIVE = "A run is still going in this project. Cancel it (or let it finish), then delete."
 BYPASS_STAFF_ONLY = (
     "Only staff can choose bypassPermissions: in that mode Claude runs any command on the "
     "server without asking. Ask an administrator, or choose another permission mode."
@@ -90,6 +100,11 @@ def project_validate(project: Project) -> None:
         errors["engine"] = [ENGINE_INVALID]
     if project.permission_mode not in PermissionMode.values:
         errors["permission_mode"] = [PERMISSION_MODE_INVALID]
+    # One owner's projects are told apart by name in the list and the sidebar.
+    if project.name and project.owner_id is not None:
+        taken = Project.objects.filter(owner_id=project.owner_id, name__iexact=project.name)
+        if taken.exclude(pk=project.pk).exists():
+            errors.setdefault("name", []).append(NAME_TAKEN.format(name=project.name))
     timeout = project.ask_user_timeout
     if isinstance(timeout, int) and not ASK_USER_TIMEOUT_MIN <= timeout <= ASK_USER_TIMEOUT_MAX:
         errors["ask_user_timeout"] = [TIMEOUT_OUT_OF_RANGE]
@@ -185,3 +200,46 @@ def permission_rule_delete(*, project: Project, actor: Any, rule_id: int) -> Non
     if project.owner_id != actor.pk:
         raise Forbidden(RULES_OWNER_ONLY, code="owner_only")
     rule.delete()
+
+
+def _check_owner(*, project: Project, actor: Any) -> None:
+    if project.owner_id != actor.pk:
+        raise Forbidden(OWNER_ONLY, code="owner_only")
+
+
+def project_member_add(*, project: Project, actor: Any, username: str) -> Any:
+    """The owner shares the project with another user, found by username; returns the user."""
+    _check_owner(project=project, actor=actor)
+    username = username.strip()
+    user = get_user_model().objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise ValidationError({"username": [MEMBER_UNKNOWN.format(username=username)]})
+    if user.pk == project.owner_id:
+        raise ValidationError({"username": [MEMBER_IS_OWNER.format(username=username)]})
+    if project.members.filter(pk=user.pk).exists():
+        raise ValidationError({"username": [MEMBER_ALREADY.format(username=username)]})
+    project.members.add(user)
+    return user
+
+
+def project_member_remove(*, project: Project, actor: Any, username: str) -> None:
+    """The owner takes a member off the project; their conversations stay with the project."""
+    _check_owner(project=project, actor=actor)
+    user = project.members.filter(username=username).first()
+    if user is None:
+        raise NotFound(MEMBER_NOT_FOUND.format(username=username), code="member_not_found")
+    project.members.remove(user)
+
+
+def project_delete(*, project: Project, actor: Any) -> None:
+    """The owner deletes the project, its conversations and its workspace on disk.
+
+    Refused while a run is going: its CLI works in the workspace that would vanish."""
+    _check_owner(project=project, actor=actor)
+    if Run.objects.active().filter(conversation__project=project).exists():
+        raise Conflict(DELETE_RUN_ACTIVE, code="run_active")
+    directory = workspace_path(project)
+    with transaction.atomic():
+        project.delete()
+    # After the commit: a failed delete must not leave a project without its files.
+    shutil.rmtree(directory, ignore_errors=True)
