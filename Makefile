@@ -66,4 +66,5 @@ bench: $(VENV)/.installed-app
 	$(PY) bench/askuser_latency.py
 	$(PY) bench/cli_startup.py
 	$(PY) bench/approval_latency.py
+	$(PY) bench/decision_path.py
 	$(PY) bench/machinery.py

@@ -1,0 +1,164 @@
+"""Where a person's decision spends its time inside the app, before the waiting tool call wakes.
+
+Run: ``.venv/bin/python bench/decision_path.py [--rounds 200]``.
+
+In this process, against a private SQLite file and the real Redis (``harness.Stack``), a
+permission request is made, a waiting side parks in ``permission_wait`` exactly as
+poll-decision and the SDK engine do, and ``POST /api/askuser/submit-decision`` goes
+through Django's async handler (``AsyncClient``: the path uvicorn takes, without the
+socket). Stamps split it into: the middleware and authentication before the view, the
+decision written, the wake pushed to Redis, the waiting side running again, and the
+rest of the request (the rule, the run's status and the events, after the wake), and the
+CPU the whole request took in this process (every thread).
+
+The same rounds run with this app's middleware (``core.middleware``) and with Django's
+stock classes, which hand every step to a thread, so the difference is measured in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import harness  # noqa: E402
+from bench.report import LATENCY_HEADERS, latency_row, table  # noqa: E402
+
+STOCK_MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+STEPS = (
+    "-> view",
+    "-> decision written",
+    "-> wake pushed",
+    "-> waiting side runs",
+    "whole request",
+    "CPU of the request",
+)
+
+
+def _instrument(marks: dict[str, int]) -> None:
+    """Stamp the steps by wrapping the functions the request passes through (this process only)."""
+    from askuser import approvals, live
+
+    def timed_sync(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            marks[name] = time.perf_counter_ns()
+            return result
+
+        return wrapper
+
+    decide, push = approvals.permission_decide, live.answer_push
+
+    async def timed_decide(**kwargs: Any) -> Any:
+        marks["view"] = time.perf_counter_ns()
+        return await decide(**kwargs)
+
+    async def timed_push(*args: Any, **kwargs: Any) -> None:
+        await push(*args, **kwargs)
+        marks["pushed"] = time.perf_counter_ns()
+
+    approvals._decide = timed_sync("written", approvals._decide)
+    approvals.permission_decide = timed_decide
+    live.answer_push = timed_push
+
+
+async def _rounds(rounds: int, run_id: int, user: Any, marks: dict[str, int]) -> dict[str, list[float]]:
+    from asgiref.sync import sync_to_async
+    from django.test import AsyncClient
+
+    from askuser import approvals
+    from askuser.models import QuestionSource
+
+    client = AsyncClient()
+    await sync_to_async(client.force_login)(user)
+    samples: dict[str, list[float]] = {step: [] for step in STEPS}
+    warm_up = 10
+    for index in range(rounds + warm_up):
+        created = await approvals.permission_request_create(
+            run_id=run_id,
+            source=QuestionSource.MCP,
+            tool_name="Bash",
+            tool_input={"command": f"echo {index}"},
+            tool_use_id=f"toolu_{index}",
+        )
+        request_id = created["request_id"]
+
+        async def wait(request_id: str = request_id) -> int:
+            await approvals.permission_wait(run_id=run_id, request_id=request_id, wait_seconds=10)
+            return time.perf_counter_ns()
+
+        waiter = asyncio.create_task(wait())
+        await asyncio.sleep(0.005)  # parked, as a poll is when a person clicks
+        start, cpu = time.perf_counter_ns(), time.process_time_ns()
+        response = await client.post(
+            "/api/askuser/submit-decision",
+            {"request_id": request_id, "decision": "allow"},
+            content_type="application/json",
+        )
+        end, cpu = time.perf_counter_ns(), time.process_time_ns() - cpu
+        woken = await waiter
+        if response.status_code != 200:
+            raise RuntimeError(f"submit-decision answered {response.status_code}: {response.content[:300]!r}")
+        if index < warm_up:
+            continue
+        points = [start, marks["view"], marks["written"], marks["pushed"], woken]
+        for step, (before, after) in zip(STEPS, zip(points, points[1:], strict=False), strict=False):
+            samples[step].append((after - before) / 1e6)
+        samples["whole request"].append((end - start) / 1e6)
+        samples["CPU of the request"].append(cpu / 1e6)
+    return samples
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args()
+    print(f"Decision path on {harness.machine()} …")
+    with harness.Stack.create(name="decision", ask_user=True) as stack:
+        from django.conf import settings
+
+        from core.redis import load_instance_uid
+        from promptmgr.models import Conversation, Run, RunStatus
+
+        load_instance_uid()
+        settings.ALLOWED_HOSTS = ["testserver"]  # the test client's host; no socket is opened
+        project = stack.project()
+        project.permission_mode = "default"
+        project.save()
+        user = project.owner
+        marks: dict[str, int] = {}
+        _instrument(marks)
+        ours = list(settings.MIDDLEWARE)
+        for label, middleware in (("core.middleware", ours), ("Django's stock middleware", STOCK_MIDDLEWARE)):
+            settings.MIDDLEWARE = middleware
+            conversation = Conversation.objects.create(project=project, user=user)
+            run = Run.objects.create(
+                conversation=conversation, user=user, prompt="bench", status=RunStatus.RUNNING
+            )
+            samples = asyncio.run(_rounds(args.rounds, run.pk, user, marks))
+            rows = [latency_row(step, samples[step]) for step in STEPS]
+            print(table(LATENCY_HEADERS, rows, title=f"\nsubmit-decision in-process, {label} (ms)"))
+        settings.MIDDLEWARE = ours
+    print(f"\nFinished on {harness.machine()}.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
