@@ -25,8 +25,11 @@ from promptmgr.scripted_model.server import create_app as create_demo_model  # n
 Scope = dict[str, Any]
 
 _demo_model = create_demo_model(pace_ms=15) if settings.DEMO_MODEL else None
-# The project's static/ plus the admin's own files, served async with ETags.
-_static = StaticFiles(directory=settings.STATICFILES_DIRS[0], packages=[("django.contrib.admin", "static")])
+# The project's static/ plus the admin's and django-ninja's (the /api/docs page) own
+# files, served async with ETags.
+_static = StaticFiles(
+    directory=settings.STATICFILES_DIRS[0], packages=[("django.contrib.admin", "static"), ("ninja", "static")]
+)
 
 
 async def application(scope: Scope, receive: Any, send: Any) -> None:

@@ -108,11 +108,14 @@ INSTALLED_APPS = [
     "core",
     "promptmgr",
     "askuser",
+    # Only for its templates and static files: /api/docs then loads Swagger UI from here, not a CDN.
+    "ninja",
 ]
 
 # Django's own middleware, run on the event loop rather than a thread per step (core/middleware.py).
 MIDDLEWARE = [
     "core.middleware.SecurityMiddleware",
+    "promptmgr.security.CSPMiddleware",
     "core.middleware.SessionMiddleware",
     "core.middleware.CommonMiddleware",
     "core.middleware.CsrfViewMiddleware",
@@ -120,6 +123,23 @@ MIDDLEWARE = [
     "core.middleware.MessageMiddleware",
     "core.middleware.XFrameOptionsMiddleware",
 ]
+
+# Content-Security-Policy (django-csp): everything from this origin, no inline scripts,
+# styles or handlers (the pages' scripts are files in static/js), no framing.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
 
 ROOT_URLCONF = "promptmgr.urls"
 ASGI_APPLICATION = "promptmgr.asgi.application"
