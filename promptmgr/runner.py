@@ -41,6 +41,7 @@ from .engines.base import Garbage, Item, Turn, TurnRequest, TurnStarter
 from .event_history import all_events, persist_events
 from .models import Conversation, Engine, Project, Run, RunStatus
 from .processes import LineTimeout
+from .services import changes as run_changes
 from .services import run_state
 from .services.run_state import Outcome
 from .translate import translate
@@ -115,6 +116,7 @@ class RunSupervisor:
         # Ids of the ask tools' calls: only their results are checked against the answer.
         self.ask_tool_use_ids: set[str] = set()
         self.emitted: list[Event] = []
+        self.changes: dict[str, Any] | None = None  # the `changes` event, once the run has ended
         self.redactor = askuser.DeltaRedactor()
         self._pending: list[tuple[str, dict[str, Any]]] = []
         self._batching = False
@@ -182,6 +184,8 @@ class RunSupervisor:
         root = Path(ctx.run.workdir) if ctx.run.workdir else workspace_path(project)
         if not root.exists():
             await sync_to_async(workspace_sync)(project=project)
+        # The worktree's state before Claude touches it: the run's changes are diffed against it.
+        await run_changes.record_start(self.run_id, root)
         start = ENGINES.get(ctx.run.engine, cli_engine.start_turn)
         self.turn = turn = await start(
             TurnRequest(
@@ -364,6 +368,8 @@ class RunSupervisor:
         outcome: the database first, so a Redis outage cannot lose it, then the closing events."""
         if self.turn is not None:
             outcome.exit_code = await self.turn.stop()
+        # Before the status is final, so a run seen as ended already has its changes recorded.
+        self.changes = await run_changes.record_end(self.run_id)
         await sync_to_async(_record_outcome)(self.run_id, outcome)
         try:
             await self._close_live(ctx, outcome)
@@ -374,6 +380,8 @@ class RunSupervisor:
 
     async def _close_live(self, ctx: RunContext, outcome: Outcome) -> None:
         await askuser.cards_close_for_run(self.run_id)
+        if self.changes:
+            await self.emit("changes", self.changes)
         if outcome.error:
             await self.emit("error", {"message": outcome.error, "final": True})
         await self.emit(
