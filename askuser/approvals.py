@@ -316,10 +316,11 @@ async def permission_wait(*, run_id: int, request_id: str, wait_seconds: float) 
 def _load_for_user(request_id: str, user: Any) -> PermissionRequest:
     request = (
         PermissionRequest.objects.select_related("run__conversation__project")
-        .filter(request_id=request_id, run__conversation__project__in=Project.objects.visible_to(user))
+        .filter(request_id=request_id)
         .first()
     )
-    if request is None:
+    # Checked on the loaded project: an owner (the usual case) costs no second query.
+    if request is None or not request.run.conversation.project.is_visible_to(user):
         raise NotFound(MSG_NOT_FOUND)
     return request
 

@@ -22,7 +22,7 @@ from django.utils import timezone
 from core import events
 from core.errors import Conflict, Gone, Invalid, NotFound
 from core.questions import AnswerIn, Card, CardSource, FormAnswer, Handoff, QuestionSpec
-from promptmgr.models import ACTIVE_RUN_STATUSES, Project, Run, RunStatus
+from promptmgr.models import ACTIVE_RUN_STATUSES, Run, RunStatus
 from promptmgr.services import run_state
 
 from . import live
@@ -200,11 +200,10 @@ async def questions_close_for_run(*, run_id: int) -> None:
 
 def _load_for_user(question_id: str, user: Any) -> Question:
     question = (
-        Question.objects.select_related("run__conversation__project")
-        .filter(question_id=question_id, run__conversation__project__in=Project.objects.visible_to(user))
-        .first()
+        Question.objects.select_related("run__conversation__project").filter(question_id=question_id).first()
     )
-    if question is None:
+    # Checked on the loaded project: an owner (the usual case) costs no second query.
+    if question is None or not question.run.conversation.project.is_visible_to(user):
         raise NotFound(MSG_NOT_FOUND)
     return question
 

@@ -142,6 +142,12 @@ class Project(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def is_visible_to(self, user: Any) -> bool:
+        """``visible_to`` for one project already loaded: the owner with no further query."""
+        if not getattr(user, "is_authenticated", False):
+            return False
+        return bool(self.owner_id == user.pk or self.members.filter(pk=user.pk).exists())
+
 
 class PermissionRule(models.Model):
     """An "Always allow" rule of a project, e.g. ``Bash(npm test:*)``.
