@@ -11,16 +11,17 @@ This process is the browser: it reads the run's SSE stream and allows every
 ``permission_request`` card through ``POST /api/askuser/submit-decision`` (session + CSRF)
 after ``--think-ms``, so the waiting side is parked when the decision comes, as with a person.
 
-1. tool call -> card: from the ``tool_use`` line as it leaves the CLI's stdout to the
-   ``permission_request`` event at this SSE client. ``CLAUDE_CLI_PATH`` points at the shim
-   of ``stream_passes``, which runs the CLI under ``cli_tee.py``; that line is the assistant
-   message carrying Claude's finished call, the earliest moment outside the model that says
-   "Claude decided to call the tool", and the same on both engines. The CLI then evaluates
-   its permission rules and asks: the stamp of that request splits the figure into the CLI's
-   own share and ours (CLI engine: the approve ``tools/call`` read by ``mcp_tee.py``; SDK
-   engine: the ``can_use_tool`` control request on the CLI's stdout, stamped by the tee).
-   The card itself says when the app stored the request (``expires_at`` - ``timeout``), which
-   splits our share into reaching the app and reaching the browser.
+1. tool call -> card: from the moment the CLI asks for permission to the
+   ``permission_request`` event at this SSE client. The CLI engine asks through the approve
+   ``tools/call`` (read by ``mcp_tee.py`` as it reaches our MCP server), the SDK engine
+   through the ``can_use_tool`` control request (stamped by the tee as it leaves the CLI's
+   stdout). This is where the question path's figure starts too (the ask_user
+   ``tools/call``), so the two compare. Before it, the CLI spends time of its own between
+   printing Claude's finished call (the ``tool_use`` line, stamped by ``cli_tee.py``:
+   ``CLAUDE_CLI_PATH`` points at the shim of ``stream_passes``) and asking, evaluating its
+   permission rules; that figure, ``tool_use`` line -> card, is shown beside it. The card
+   itself says when the app stored the request (``expires_at`` - ``timeout``), which splits
+   our share into reaching the app and reaching the browser.
 2. decision -> tool running: from sending submit-decision to the Bash command's first
    instant. Each command is ``date +%s%N > approval-NNN.stamp``: ``date`` is a small C
    program that reads the clock as its first work (a whole ``date`` run, fork to exit, took
@@ -324,16 +325,21 @@ def report(results: Results, args: argparse.Namespace) -> None:
         print(f"  {engine}: during its run, {results.cpu[engine]}")
     print(
         f"  {args.rounds} sequential Bash calls per engine in one real run, each allowed after {args.think_ms:g} ms.\n"
-        "  (1) starts at the tool_use line as the CLI prints it (cli_tee.py): Claude's finished call.\n"
-        "      The CLI then asks: approve tools/call (mcp_tee.py) or can_use_tool request (stdout).\n"
+        "  (1) starts when the CLI asks for permission: approve tools/call (mcp_tee.py) or can_use_tool\n"
+        "      request (stdout), as the question path starts at the ask_user tools/call. Before it, the\n"
+        "      CLI spends its own time between printing the tool_use line and asking (shown apart).\n"
         "  (2) ends at the command's own first instant: `date +%s%N` (see the module docstring)."
     )
     # (label, samples, target p50 or None for a figure shown beside the targets)
     rows: list[tuple[str, list[float], float | None]] = []
     for engine, t in results.engines.items():
         rows += [
-            (f"{engine}: (1) tool call -> card, p50 <= 10 ms", t.ms("tool_use_line", "card"), TARGET_CARD_MS),
-            (f"{engine}:     of it {ASKED_BY[engine]} -> card", t.ms("asked", "card"), None),
+            (f"{engine}: (1) tool call -> card, p50 <= 10 ms", t.ms("asked", "card"), TARGET_CARD_MS),
+            (
+                f"{engine}:     from the tool_use line (+ the CLI's own share)",
+                t.ms("tool_use_line", "card"),
+                None,
+            ),
             (
                 f"{engine}: (2) decision -> tool running, p50 <= 20 ms",
                 t.ms("submit", "running"),
