@@ -100,7 +100,10 @@ def test_the_prompt_box_is_locked_while_a_run_is_active_and_cancel_stops_it(
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator("[data-role=status]")).to_have_text("Cancelled")
     expect(page.get_by_role("button", name="Cancel")).to_be_hidden()
-    expect(page.locator(".msg-error")).to_contain_text("Cancelled by the user.")
+    # A cancel is the user's own choice: said as a neutral notice, not an error (issue 21).
+    expect(page.locator(".msg-notice")).to_contain_text("Cancelled by the user.")
+    expect(page.locator(".msg-error")).to_have_count(0)
+    expect(page.locator(".msg-text.is-streaming")).to_have_count(0)
     expect(page.locator(PROMPT)).to_be_enabled()
 
 

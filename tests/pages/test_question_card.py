@@ -107,7 +107,8 @@ def test_keyboard_picks_several_options_and_notes_go_along(open_chat: OpenChat, 
     expect(card.locator("input[type=checkbox]:checked")).to_have_count(2)
     card.locator(".qcard-notes-box summary").click()
     card.locator(".qcard-notes").fill("tests first")
-    card.locator(".qcard-notes").press("Enter")
+    # Enter is a new line in a note (issue 21); Ctrl+Enter sends from it.
+    card.locator(".qcard-notes").press("Control+Enter")
 
     expect(last_reply(page)).to_contain_text("User selected: Lint, Tests")
     expect(last_reply(page)).to_contain_text("Notes: tests first")

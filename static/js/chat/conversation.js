@@ -79,7 +79,7 @@ export class ConversationView {
       } else if (!record.events?.length) {
         // The event log is gone: say at least what was asked and how it ended.
         run.showPrompt(record.prompt, "");
-        if (record.error) run.showError({ message: record.error });
+        if (record.error) run.showError({ message: record.error, final: true });
         run.setStatus({ status: record.status });
       }
     }
@@ -101,6 +101,7 @@ export class ConversationView {
     const run = this.addRun(started.run_id);
     run.showPrompt(prompt, "You");
     run.status = "queued";
+    run.updateWorking();
     this.follow(run, started.events_url);
     this.refreshHeader();
     scrollToEnd(this.parts.stream);
@@ -121,7 +122,10 @@ export class ConversationView {
   }
 
   addRun(runId) {
-    const run = new RunView(runId);
+    const renderMarkdown = this.config.markdownUrl
+      ? async (text) => (await this.api.post(this.config.markdownUrl, { text })).html
+      : null;
+    const run = new RunView(runId, { renderMarkdown });
     this.runs.set(runId, run);
     this.parts.welcome.hidden = true;
     this.parts.stream.append(run.element);
@@ -202,6 +206,7 @@ export class ConversationView {
       default:
         break;
     }
+    run.updateWorking();
     if (name === "run_status" || name === "done") this.refreshHeader();
     if (follow) scrollToEnd(this.parts.stream);
   }
@@ -235,6 +240,9 @@ export class ConversationView {
   /** Put a new card in its run; a live one also notifies and takes the keyboard. */
   place(run, card, live) {
     card.runId = run.runId;
+    // A card is the one place in the stream a screen reader follows: what it says next
+    // (sent, answered, expired) is read out; deltas and tool calls are not.
+    card.element.setAttribute("aria-live", "polite");
     this.cards.set(card.id, card);
     run.add(card.element);
     this.attention.update(card);

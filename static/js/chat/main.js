@@ -18,12 +18,24 @@ const composerError = part("composer-error");
 const sendButton = part("send");
 let sending = false;
 
+// The prompt box grows with its text, up to the height its stylesheet allows.
+function fitPrompt() {
+  prompt.style.height = "auto";
+  prompt.style.height = `${prompt.scrollHeight + 2}px`;
+}
+prompt.addEventListener("input", fitPrompt);
+
 const sidebar = new Sidebar({
   list: part("conversations"),
   empty: part("conversations-empty"),
   url: config.conversationsUrl,
   api,
-  onSelect: (id) => navigate(id),
+  onSelect: (id) => {
+    // On a phone, picking a conversation folds the list to show it.
+    part("list-toggle").setAttribute("aria-expanded", "false");
+    root.classList.remove("is-list-open");
+    navigate(id);
+  },
 });
 
 const view = new ConversationView({
@@ -110,6 +122,7 @@ async function send() {
   try {
     const started = await view.start(text);
     prompt.value = "";
+    fitPrompt();
     // The user may have opened another conversation while the prompt was on its way.
     if (view.id === started.conversation_id) {
       setUrl(started.conversation_id, true);
@@ -140,6 +153,23 @@ part("new-conversation").addEventListener("click", () => {
   navigate(null);
   prompt.focus();
 });
+
+// On a phone the conversation list folds away under its button.
+const listToggle = part("list-toggle");
+listToggle.addEventListener("click", () => {
+  const open = listToggle.getAttribute("aria-expanded") !== "true";
+  listToggle.setAttribute("aria-expanded", String(open));
+  root.classList.toggle("is-list-open", open);
+});
+
+// The offline demo's trigger words: a click puts an example prompt in the box.
+for (const button of root.querySelectorAll('[data-role="demo-trigger"]')) {
+  button.addEventListener("click", () => {
+    prompt.value = button.dataset.prompt;
+    fitPrompt();
+    prompt.focus();
+  });
+}
 
 window.addEventListener("popstate", () => show(conversationFromUrl()));
 

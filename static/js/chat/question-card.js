@@ -26,7 +26,12 @@ export class QuestionCard {
       (spec, index) => new QuestionFields(spec, { name: `q-${this.id}-${index}`, index }),
     );
     this.countdown = new Countdown(data.expires_at);
-    this.notes = el("textarea", { class: "qcard-notes", rows: 2, placeholder: "Anything else Claude should know?" });
+    this.notes = el("textarea", {
+      id: `qcard-notes-${this.id}`,
+      class: "qcard-notes",
+      rows: 2,
+      placeholder: "Anything else Claude should know?",
+    });
     this.error = el("p", { class: "qcard-error", role: "alert", hidden: true });
     this.status = el("p", { class: "qcard-status", role: "status", hidden: true });
     this.summary = el("div", { class: "qcard-summary", hidden: true });
@@ -35,7 +40,13 @@ export class QuestionCard {
       "form",
       { class: "qcard-form", novalidate: true },
       this.fields.map((field) => field.element),
-      el("details", { class: "qcard-notes-box" }, el("summary", {}, "Add a note (optional)"), this.notes),
+      el(
+        "details",
+        { class: "qcard-notes-box" },
+        el("summary", {}, "Add a note (optional)"),
+        el("label", { class: "qcard-notes-label", for: this.notes.id, text: "Note for Claude (Enter: new line, Ctrl+Enter sends)" }),
+        this.notes,
+      ),
       this.error,
       el(
         "div",
@@ -78,6 +89,8 @@ export class QuestionCard {
   onKeydown(event) {
     if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
     if (event.target instanceof HTMLButtonElement || event.target.closest("summary")) return;
+    // A note is free text: Enter starts a new line there; Ctrl+Enter (⌘+Enter) sends from anywhere.
+    if (event.target === this.notes && !(event.ctrlKey || event.metaKey)) return;
     event.preventDefault();
     this.send();
   }
@@ -108,8 +121,10 @@ export class QuestionCard {
     else this.element.focus({ preventScroll: true });
   }
 
+  /** An answer given where one was missing takes its mark away, and the error once none is left. */
   clearMissing() {
     for (const field of this.fields) if (field.answered()) field.setMissing(false);
+    if (!this.error.hidden && this.fields.every((field) => field.answered())) this.showError("");
   }
 
   body() {

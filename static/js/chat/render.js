@@ -1,6 +1,9 @@
 // One run in the message stream: the prompt, Claude's text, tool calls, errors and the footer.
 
 import { el, formatCost, formatDuration } from "./dom.js";
+import { editDiff } from "./edit-diff.js";
+import { LiveMarkdown } from "./live-markdown.js";
+import { foldIfLong } from "./show-more.js";
 
 export const ACTIVE_STATUSES = new Set(["queued", "running", "waiting_for_user"]);
 
@@ -19,6 +22,9 @@ export const STATUS_LABELS = {
 export function statusChip(status) {
   return el("span", { class: `status-chip is-${status}`, text: STATUS_LABELS[status] || status });
 }
+
+// Claude's ways of asking: an error result from one means the question closed unanswered.
+const QUESTION_TOOLS = new Set(["mcp__ask-user__ask_user", "AskUserQuestion"]);
 
 const SUMMARY_KEYS = ["command", "file_path", "notebook_path", "pattern", "url", "query", "description", "question", "prompt"];
 const SUMMARY_MAX = 140;
@@ -47,17 +53,27 @@ export function toolSummary(input) {
 }
 
 export class RunView {
-  constructor(runId) {
+  /** @param renderMarkdown async (text) => sanitized HTML, for text while it streams */
+  constructor(runId, { renderMarkdown } = {}) {
     this.runId = runId;
+    this.renderMarkdown = renderMarkdown || null;
+    this.finalError = null;
     this.status = "queued";
     this.lastId = 0;
     this.promptShown = false;
-    this.openText = new Map(); // "parent:index" → streaming bubble
+    this.openText = new Map(); // "parent:index" → {bubble, live}
     this.tools = new Map(); // tool_use_id → {element, state, progress}
     this.result = null;
     this.body = el("div", { class: "run-body" });
     this.footer = el("footer", { class: "run-footer", hidden: true });
-    this.element = el("article", { class: "run", dataset: { runId: String(runId) } }, this.body, this.footer);
+    // From the prompt to Claude's first word, and whenever it works without streaming text.
+    this.working = el(
+      "div",
+      { class: "run-working", hidden: true },
+      el("span", { class: "spinner", "aria-hidden": "true" }),
+      "Claude is working…",
+    );
+    this.element = el("article", { class: "run", dataset: { runId: String(runId) } }, this.body, this.working, this.footer);
   }
 
   /** False when this event id was already shown (replay after a reconnect or reload). */
@@ -95,29 +111,48 @@ export class RunView {
     this.add(meta);
   }
 
+  /** Shown while the run is queued or running and no text is streaming. */
+  updateWorking() {
+    this.working.hidden = !(this.active && this.status !== "waiting_for_user" && this.openText.size === 0);
+  }
+
   appendDelta(data) {
     const key = `${data.parent_tool_use_id || ""}:${data.index ?? 0}`;
-    let bubble = this.openText.get(key);
-    if (!bubble) {
-      bubble = this.add(this.textBubble(data.parent_tool_use_id, true));
-      this.openText.set(key, bubble);
+    let open = this.openText.get(key);
+    if (!open) {
+      const bubble = this.add(this.textBubble(data.parent_tool_use_id, true));
+      const target = bubble.querySelector(".msg-text");
+      open = { bubble, live: this.renderMarkdown ? new LiveMarkdown(target, this.renderMarkdown) : null };
+      this.openText.set(key, open);
     }
-    bubble.querySelector(".msg-text").append(document.createTextNode(data.text || ""));
+    if (open.live) open.live.append(data.text || "");
+    else open.bubble.querySelector(".msg-text").append(document.createTextNode(data.text || ""));
   }
 
   /** The complete block replaces its streamed text with the server's sanitized Markdown. */
   completeText(data) {
     const prefix = `${data.parent_tool_use_id || ""}:`;
     const key = [...this.openText.keys()].find((k) => k.startsWith(prefix));
-    let bubble = key === undefined ? null : this.openText.get(key);
+    const open = key === undefined ? null : this.openText.get(key);
     if (key !== undefined) this.openText.delete(key);
-    if (!bubble) bubble = this.add(this.textBubble(data.parent_tool_use_id, false));
+    open?.live?.stop();
+    const bubble = open ? open.bubble : this.add(this.textBubble(data.parent_tool_use_id, false));
     const target = bubble.querySelector(".msg-text");
-    target.classList.remove("is-streaming");
+    target.classList.remove("is-streaming", "markdown-live");
     target.classList.add("markdown");
-    // Sanitized server-side (nh3): the one place the page takes HTML.
+    // Sanitized server-side (nh3): the page takes HTML from the server's renderer only.
     target.innerHTML = data.html || "";
     if (!data.html) target.textContent = data.text || "";
+    foldIfLong(target);
+  }
+
+  /** The run ended: text still marked as streaming stops, without its cursor. */
+  stopStreaming() {
+    for (const open of this.openText.values()) {
+      open.live?.stop();
+      open.bubble.querySelector(".msg-text").classList.remove("is-streaming");
+    }
+    this.openText.clear();
   }
 
   textBubble(parentToolUseId, streaming) {
@@ -139,20 +174,28 @@ export class RunView {
         el("span", { class: "tool-summary", text: toolSummary(data.input) }),
         state,
       ),
+      editDiff(data.name, data.input),
       el("div", { class: "tool-section-title", text: "Input" }),
       el("pre", { class: "tool-pre", text: JSON.stringify(data.input ?? {}, null, 2) }),
       result,
     );
     this.add(details);
-    if (data.id) this.tools.set(data.id, { details, state, result });
+    if (data.id) this.tools.set(data.id, { details, state, result, name: data.name });
   }
 
   showToolResult(data) {
     const tool = this.tools.get(data.tool_use_id);
     if (!tool) return;
-    tool.state.className = data.is_error ? "tool-state is-error" : "tool-state is-ok";
-    tool.state.textContent = data.is_error ? "error" : "done";
-    tool.details.classList.toggle("is-error", Boolean(data.is_error));
+    // A question nobody answered (timed out, cancelled) is not a failure: a neutral chip.
+    const unanswered = Boolean(data.is_error) && QUESTION_TOOLS.has(tool.name);
+    if (unanswered) {
+      tool.state.className = "tool-state is-closed";
+      tool.state.textContent = "no answer";
+    } else {
+      tool.state.className = data.is_error ? "tool-state is-error" : "tool-state is-ok";
+      tool.state.textContent = data.is_error ? "error" : "done";
+      tool.details.classList.toggle("is-error", Boolean(data.is_error));
+    }
     tool.result.hidden = false;
     tool.result.replaceChildren(
       el("div", { class: "tool-section-title", text: data.is_error ? "Error" : "Result" }),
@@ -168,7 +211,8 @@ export class RunView {
   }
 
   showError(data) {
-    this.add(el("div", { class: "msg msg-error", role: "alert" }, el("strong", {}, "Error: "), data.message || "Something went wrong."));
+    const bubble = this.add(el("div", { class: "msg msg-error" }, el("strong", {}, "Error: "), data.message || "Something went wrong."));
+    if (data.final) this.finalError = { bubble, message: data.message || "" };
   }
 
   setResult(data) {
@@ -178,7 +222,16 @@ export class RunView {
   /** Status, cost and duration; shown once the run has ended. */
   setStatus(data) {
     this.status = data.status || this.status;
+    this.updateWorking();
     if (this.active) return;
+    this.stopStreaming();
+    this.updateWorking();
+    // A cancel is what the user asked for: its closing sentence is a notice, not an error.
+    if (this.status === "cancelled" && this.finalError) {
+      this.finalError.bubble.className = "msg msg-notice";
+      this.finalError.bubble.replaceChildren(this.finalError.message || "Cancelled.");
+      this.finalError = null;
+    }
     for (const tool of this.tools.values()) {
       if (tool.state.classList.contains("is-pending")) {
         tool.state.className = "tool-state";
