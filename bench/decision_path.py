@@ -134,10 +134,8 @@ def main() -> int:
     with harness.Stack.create(name="decision", ask_user=True) as stack:
         from django.conf import settings
 
-        from core.redis import load_instance_uid
         from promptmgr.models import Conversation, Run, RunStatus
 
-        load_instance_uid()
         settings.ALLOWED_HOSTS = ["testserver"]  # the test client's host; no socket is opened
         project = stack.project()
         project.permission_mode = "default"

@@ -266,6 +266,10 @@ def _configure_django(env: dict[str, str], *, ask_user: bool) -> int:
     from promptmgr.services.projects import project_create
 
     call_command("migrate", verbosity=0, interactive=False)
+    # This process reads and writes the app's Redis keys too (the benchmarks' own stores).
+    from core.redis import load_instance_uid
+
+    load_instance_uid()
     user = User.objects.create_user(USERNAME, "bench@example.com", PASSWORD)
     project = project_create(owner=user, name="Benchmark", ask_user_enabled=ask_user)
     return int(project.pk)
