@@ -21,6 +21,7 @@ from .approvals import (
     request_withdraw,
 )
 from .delivery import ASK_TOOL_NAMES, MCP_ASK_TOOL, SDK_ASK_TOOL, question_result_seen
+from .late import LateAnswer, late_answer_delivered, late_answer_record
 from .models import Question, QuestionSource, QuestionStatus
 from .runtime import (
     DeltaRedactor,
@@ -47,6 +48,9 @@ __all__ = [
     "SDK_ASK_TOOL",
     "DeltaRedactor",
     "forget_questions",
+    "LateAnswer",
+    "late_answer_delivered",
+    "late_answer_record",
     "permission_request_create",
     "permission_wait",
     "request_withdraw",

@@ -22,6 +22,7 @@ from askuser.api import router as askuser_router
 from core.errors import DomainError
 from promptmgr.changes_api import router as changes_router
 from promptmgr.files_api import router as files_router
+from promptmgr.messages_api import router as messages_router
 from promptmgr.projects_api import router as projects_router
 from promptmgr.runs_api import router as runs_router
 
@@ -31,6 +32,7 @@ api = NinjaAPI(title="PromptManager API", version="1", auth=django_auth, urls_na
 api.add_router("/projects", projects_router, tags=["projects"])
 api.add_router("/", runs_router, tags=["runs"])
 api.add_router("/askuser", askuser_router, tags=["ask-user"])
+api.add_router("/", messages_router, tags=["messages"])
 api.add_router("/", changes_router, tags=["changes"])
 api.add_router("/", files_router, tags=["files"])
 

@@ -1,4 +1,5 @@
-"""A run's control state in Redis: cancel signals, ownership and the concurrency slots.
+"""A run's control state in Redis: cancel signals, ownership, the concurrency slots and the
+inbox of messages sent to a running turn.
 
 Clients, the key prefix and the run event stream are ``core.redis`` and ``core.events``;
 the ask-user question state is ``askuser.live``. Key names of this module live here.
@@ -10,9 +11,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from core.events import run_key
-from core.redis import get_async_redis, get_redis, key_prefix
+from core.redis import decode_json, encode_json, get_async_redis, get_redis, key_prefix
 
 CANCEL_TTL = 3600
+# Messages wait at most this long for the run to take them; a sealed inbox refuses new
+# ones for as long (the run has ended: they go as the conversation's next prompt instead).
+INBOX_TTL = 3600
 
 
 def control_channel(run_id: int) -> str:
@@ -36,8 +40,24 @@ def user_runs_key(user_id: int) -> str:
     return f"{key_prefix()}:runs:user:{user_id}"
 
 
+def inbox_key(run_id: int) -> str:
+    """Messages sent to the running turn, oldest first, until its supervisor takes them."""
+    return run_key(run_id, "inbox")
+
+
+def inbox_sealed_key(run_id: int) -> str:
+    """Set when the run's supervisor stops taking messages (the run is ending)."""
+    return run_key(run_id, "inbox-sealed")
+
+
 def run_control_keys(run_id: int) -> list[str]:
-    return [control_channel(run_id), cancel_key(run_id), owner_key(run_id)]
+    return [
+        control_channel(run_id),
+        cancel_key(run_id),
+        owner_key(run_id),
+        inbox_key(run_id),
+        inbox_sealed_key(run_id),
+    ]
 
 
 # Starts a run only while the user's and the global caps allow it.
@@ -102,3 +122,52 @@ def has_owner_sync(run_id: int) -> bool:
 async def clear_control(run_id: int) -> None:
     """The run ended: nobody owns it and no cancel waits for it."""
     await get_async_redis().delete(cancel_key(run_id), owner_key(run_id))
+
+
+# --- Messages to a running turn -------------------------------------------------------
+
+# Queues a message unless the supervisor has sealed the inbox (then 0).
+_INBOX_PUSH_LUA = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+return 1
+"""
+# Seals the inbox and hands back what is still in it, in one step: no message slips in after.
+_INBOX_SEAL_LUA = """
+redis.call('SET', KEYS[2], '1', 'EX', tonumber(ARGV[1]))
+local items = redis.call('LRANGE', KEYS[1], 0, -1)
+redis.call('DEL', KEYS[1])
+return items
+"""
+
+
+async def inbox_push(run_id: int, message: dict[str, Any]) -> bool:
+    """Queue a message for the run's supervisor; False once the run stopped taking any."""
+    client = get_async_redis()
+    script = client.register_script(_INBOX_PUSH_LUA)
+    pushed = await script(
+        keys=[inbox_key(run_id), inbox_sealed_key(run_id)], args=[encode_json(message), INBOX_TTL]
+    )
+    if pushed:
+        # Whichever worker owns the run hears it at once (its idle tick looks anyway).
+        await client.publish(control_channel(run_id), "message")
+    return bool(pushed)
+
+
+async def inbox_take(run_id: int) -> list[dict[str, Any]]:
+    """Every message waiting, oldest first, taken out of the inbox."""
+    client = get_async_redis()
+    pipe = client.pipeline(transaction=True)
+    pipe.lrange(inbox_key(run_id), 0, -1)
+    pipe.delete(inbox_key(run_id))
+    raw, _deleted = await pipe.execute()
+    return [decode_json(item) for item in raw]
+
+
+async def inbox_seal(run_id: int) -> list[dict[str, Any]]:
+    """The run takes no more messages: seal its inbox and return what it still held."""
+    client = get_async_redis()
+    script = client.register_script(_INBOX_SEAL_LUA)
+    raw: Any = await script(keys=[inbox_key(run_id), inbox_sealed_key(run_id)], args=[INBOX_TTL])
+    return [decode_json(item) for item in raw]

@@ -44,6 +44,7 @@ from .processes import LineTimeout
 from .services import changes as run_changes
 from .services import run_state
 from .services.run_state import Outcome
+from .steering import RunInbox
 from .translate import translate
 from .workspaces import workspace_path, workspace_sync
 
@@ -118,6 +119,8 @@ class RunSupervisor:
         self.emitted: list[Event] = []
         self.changes: dict[str, Any] | None = None  # the `changes` event, once the run has ended
         self.redactor = askuser.DeltaRedactor()
+        # Messages people send while Claude works, into the turn's input (steering).
+        self.inbox = RunInbox(run_id, self.emit)
         self._pending: list[tuple[str, dict[str, Any]]] = []
         self._batching = False
 
@@ -198,6 +201,7 @@ class RunSupervisor:
             )
         )
         self.ask_user = turn.ask_user
+        self.inbox.attach(turn)
         if self.stop_status is not None:  # cancelled while starting
             turn.terminate()
         await self._read_until_the_end(ctx)
@@ -220,7 +224,9 @@ class RunSupervisor:
                     last_output = now  # waiting for the user is not idleness
             else:
                 last_output = now
-                if await self._handle_ready(ctx, item):
+                ended = await self._handle_ready(ctx, item)
+                await self.inbox.report_deliveries()
+                if ended:
                     return
             if self.stop_status is None:
                 self._check_limits(now - started, now - last_output)
@@ -260,6 +266,7 @@ class RunSupervisor:
 
         Returns True while a question is waiting for the user.
         """
+        self.inbox.wake()  # the safety net for a message whose wake-up was missed
         await live.set_owner(self.run_id, WORKER_ID, ttl=OWNER_TTL)
         if not self.ask_user:
             return False
@@ -354,6 +361,8 @@ class RunSupervisor:
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
                     if message and message.get("data") == "cancel":
                         self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
+                    elif message and message.get("data") == "message":
+                        self.inbox.wake()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -393,6 +402,8 @@ class RunSupervisor:
                 "duration_ms": (outcome.result or {}).get("duration_ms"),
             },
         )
+        # What the turn never read goes on as the conversation's next prompt.
+        await self.inbox.close(status=outcome.status, error=outcome.error)
         # Persisted before "done", so a client that saw "done" finds the history stored;
         # only the "done" row itself follows a moment later.
         history = await all_events(self.run_id)

@@ -8,8 +8,9 @@ The supervisor's read loop, limits, cancel, outcome and clean-up are the same fo
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,6 +18,8 @@ from askuser import facade as askuser
 from core.redis import decode_json
 from promptmgr.models import Project
 from promptmgr.processes import Line, LineTimeout
+
+from .inbox import Delivery
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,8 @@ class TurnRequest:
     prompt: str
     resume_session_id: str  # Claude's session to resume, or ""
     stream_token: str
+    # The prompt's uuid on the CLI's stream-json input (``engines.inbox``).
+    prompt_id: str = field(default_factory=lambda: str(uuid.uuid4()))
 
 
 class Turn(Protocol):
@@ -99,6 +104,16 @@ class Turn(Protocol):
 
     def stderr_tail(self, limit: int = 4000) -> str:
         """The end of what the CLI printed on stderr."""
+
+    async def send_message(self, text: str, message_id: str) -> bool:
+        """Write a user message into the running turn (``engines.inbox``); False once the
+        turn takes no more input (it is over, or ending)."""
+
+    def take_deliveries(self) -> list[Delivery]:
+        """The messages the CLI took in since the last call, and how."""
+
+    def unstarted_messages(self) -> list[str]:
+        """Ids of messages written that the CLI never took in (for once the turn is over)."""
 
 
 TurnStarter = Callable[[TurnRequest], Awaitable[Turn]]

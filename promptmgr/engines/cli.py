@@ -1,5 +1,8 @@
 """The CLI engine: ``claude -p --output-format stream-json`` with the prompt on its stdin.
 
+Its input is stream-json too (``engines.inbox``): the prompt is the first message, and stdin
+stays open for the messages a person sends while Claude works, until the turn is settled.
+
 Claude asks through the ask-user MCP server, which reaches the app with the run's relay
 token (``askuser``); the turn owns that relay session and closes it once the CLI is gone.
 """
@@ -13,7 +16,11 @@ from promptmgr.cli import build_command, child_env, find_claude_cli
 from promptmgr.processes import Line, LineTimeout, ManagedProcess
 from promptmgr.workspaces import mcp_server_registered
 
-from .base import Item, TurnRequest, read_line
+from .base import Item, Message, TurnRequest, read_line
+from .inbox import Delivery, TurnInput
+
+# The run's prompt and later messages go in as stream-json lines (engines.inbox).
+STREAM_JSON_INPUT = ["--input-format", "stream-json"]
 
 
 class CLITurn:
@@ -27,12 +34,28 @@ class CLITurn:
         self.process = process
         self.ask_user = ask_user
         self._relay = relay
+        assert process.input is not None  # spawned with its input open
+        self.input = TurnInput(write=process.input.write, end=process.input.close)
 
     async def next_item(self, timeout: float) -> Item | None | LineTimeout:
-        return _item(await self.process.next_line(timeout))
+        return self._observed(_item(await self.process.next_line(timeout)))
 
     def ready_item(self) -> Item | None | LineTimeout:
-        return _item(self.process.ready_line())
+        return self._observed(_item(self.process.ready_line()))
+
+    def _observed(self, item: Item | None | LineTimeout) -> Item | None | LineTimeout:
+        if isinstance(item, Message):
+            self.input.observe(item.data)
+        return item
+
+    async def send_message(self, text: str, message_id: str) -> bool:
+        return await self.input.send(text, message_id)
+
+    def take_deliveries(self) -> list[Delivery]:
+        return self.input.take_deliveries()
+
+    def unstarted_messages(self) -> list[str]:
+        return self.input.unstarted()
 
     def terminate(self) -> None:
         self.process.terminate()
@@ -71,6 +94,7 @@ async def start_turn(request: TurnRequest) -> CLITurn:
             resume_session_id=request.resume_session_id,
             ask_user=ask_user,
         )
+        command += STREAM_JSON_INPUT
         env = child_env(
             ask_user_config=relay.config_path if relay is not None else None,
             ask_user_timeout=project.ask_user_timeout,
@@ -79,7 +103,7 @@ async def start_turn(request: TurnRequest) -> CLITurn:
             command,
             cwd=request.root,
             env=env,
-            stdin_data=request.prompt.encode(),
+            stdin_data=None,
             nice=settings.CLAUDE_CLI_NICE,
         )
     except BaseException:
@@ -87,4 +111,6 @@ async def start_turn(request: TurnRequest) -> CLITurn:
         if relay is not None:
             await askuser.relay_close(relay)
         raise
-    return CLITurn(process, ask_user=ask_user, relay=relay)
+    turn = CLITurn(process, ask_user=ask_user, relay=relay)
+    await turn.input.send_prompt(request.prompt, request.prompt_id)
+    return turn

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import cast
@@ -22,6 +23,7 @@ from claude_agent_sdk import (
     TERMINAL_TASK_STATUSES,
     ClaudeAgentOptions,
     ClaudeSDKClient,
+    CLIConnectionError,
     Message,
     ProcessError,
     ResultMessage,
@@ -38,6 +40,8 @@ from promptmgr.models import PermissionMode, Project
 from promptmgr.processes import TIMEOUT, LineTimeout
 
 from .base import Item, TurnRequest
+from .base import Message as StreamMessage
+from .inbox import Delivery, TurnInput
 from .permissions import PermissionGate
 from .transport import IsolatedCLITransport, sdk_command
 
@@ -145,7 +149,14 @@ class SDKTurn:
     """One run's prompt through the SDK, a ``base.Turn`` to the run supervisor."""
 
     def __init__(
-        self, *, run_id: int, project: Project, root: Path, resume_session_id: str, prompt: str
+        self,
+        *,
+        run_id: int,
+        project: Project,
+        root: Path,
+        resume_session_id: str,
+        prompt: str,
+        prompt_id: str = "",
     ) -> None:
         self.stopping = asyncio.Event()
         self.errors: list[str] = []
@@ -161,19 +172,51 @@ class SDKTurn:
         self._handoff = Handoff()
         self._ended = False
         self._exit_code: int | None = None
+        self._agents: set[str] = set()
+        # The prompt and the messages sent while Claude works (engines.inbox); the input
+        # ends once they are settled and no delegated agent still runs.
+        self.input = TurnInput(write=self._write_input, end=self._end_input, may_end=lambda: not self._agents)
         self.transport = IsolatedCLITransport(
             # What ClaudeSDKClient does to the options of a transport it builds itself.
             sdk_command(replace(options, permission_prompt_tool_name="stdio")),
             cwd=root,
             env=options.env,
-            on_item=self._handoff.put,
+            on_item=self._tap,
             on_end=self._end_output,
         )
         self._client = ClaudeSDKClient(options, transport=self.transport)
-        self._driver = asyncio.create_task(self._drive(prompt), name=f"sdk-run-{run_id}")
+        self._driver = asyncio.create_task(
+            self._drive(prompt, prompt_id or str(uuid.uuid4())), name=f"sdk-run-{run_id}"
+        )
 
-    async def _drive(self, prompt: str) -> None:
-        """Connect, send the prompt, read up to the turn's result, then end the input.
+    def _tap(self, item: Item) -> None:
+        """Every line the CLI prints: followed by the input, then handed to the supervisor."""
+        if isinstance(item, StreamMessage):
+            self.input.observe(item.data)
+        self._handoff.put(item)
+
+    async def _write_input(self, line: bytes) -> None:
+        try:
+            await self.transport.write(line.decode())
+        except CLIConnectionError as exc:
+            raise BrokenPipeError(str(exc)) from exc
+
+    def _end_input(self) -> None:
+        process = self.transport.process
+        if process is not None and process.input is not None:
+            process.input.close()
+
+    async def send_message(self, text: str, message_id: str) -> bool:
+        return await self.input.send(text, message_id)
+
+    def take_deliveries(self) -> list[Delivery]:
+        return self.input.take_deliveries()
+
+    def unstarted_messages(self) -> list[str]:
+        return self.input.unstarted()
+
+    async def _drive(self, prompt: str, prompt_id: str) -> None:
+        """Connect, send the prompt, read until the input is settled, then end it.
 
         Like ``claude -p`` at the end of its input, the CLI then finishes what it started
         (a background command, the turn its completion wakes) and exits by itself; the
@@ -185,14 +228,12 @@ class SDKTurn:
             if self.stopping.is_set():
                 self.terminate()  # cancelled while the CLI was starting
                 return
-            await self._client.query(prompt)
-            agents: set[str] = set()
-            input_open = True
+            # The input's first stream-json message, with its uuid (query() sends none).
+            await self.input.send_prompt(prompt, prompt_id)
             async for message in self._client.receive_messages():
-                track_agents(agents, message)
-                if input_open and isinstance(message, ResultMessage) and not agents:
-                    await self.transport.end_input()
-                    input_open = False
+                track_agents(self._agents, message)
+                if isinstance(message, ResultMessage | TaskNotificationMessage | TaskUpdatedMessage):
+                    self.input.end_if_settled()
         except ProcessError:
             pass  # the supervisor reports the exit code and the stderr tail itself
         except Exception as exc:
@@ -267,4 +308,5 @@ async def start_turn(request: TurnRequest) -> SDKTurn:
         root=request.root,
         resume_session_id=request.resume_session_id,
         prompt=request.prompt,
+        prompt_id=request.prompt_id,
     )
