@@ -1,6 +1,6 @@
 """Syntax highlighting on the server, with Pygments: HTML with token classes, never styles.
 
-Each line of code becomes ``<span class="ln">…</span>`` (the page numbers them with a CSS
+Each line of code becomes ```<span class="ln">…</span>`` (the page numbers them with a CSS
 counter), so long files need no script to show line numbers. Pygments closes and reopens
 its spans at every line end, so splitting its output at newlines keeps the HTML balanced.
 ``static/css/code.css`` colours the token classes for the light and the dark theme.
@@ -19,7 +19,8 @@ from pygments.lexers.special import TextLexer
 from pygments.util import ClassNotFound
 
 MAX_HIGHLIGHT_BYTES = 512 * 1024  # larger texts are shown plain: Pygments would take seconds
-_FORMATTER = HtmlFormatter(nowrap=True)
+# Token classes with the prefix the chat's Markdown uses too (promptmgr/markdown.py).
+_FORMATTER = HtmlFormatter(nowrap=True, classprefix="hl-")
 _DIFF_FILE = re.compile(r"^diff --git a/(.*?) b/", re.M)
 
 
