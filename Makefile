@@ -38,6 +38,7 @@ run: export INTERNAL_BASE_URL ?= http://127.0.0.1:$(PORT)
 run: $(VENV)/.installed-app
 	$(PY) manage.py migrate --noinput -v 0
 	scripts/ensure-redis.sh
+	scripts/ensure-bubblewrap.sh
 	$(PY) manage.py ensure_demo_user
 	$(PY) manage.py sync_workspaces
 	exec $(VENV)/bin/uvicorn promptmgr.asgi:application --host $(HOST) --port $(PORT) \
@@ -51,6 +52,7 @@ lint: $(VENV)/.installed-dev
 test: $(VENV)/.installed-dev
 	scripts/ensure-chromium.sh
 	scripts/ensure-redis.sh --binary
+	scripts/ensure-bubblewrap.sh
 	$(MAKE) --no-print-directory lint
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup
 

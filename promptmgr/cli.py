@@ -26,6 +26,7 @@ INHERITED_ENV = (
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
 )
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def bundled_cli() -> Path:
@@ -67,10 +68,15 @@ def build_command(
     resume_session_id: str = "",
     partial_messages: bool = True,
     ask_user: bool = False,
+    run_settings: str | None = None,
 ) -> list[str]:
     """The CLI's command line; with ``ask_user`` every permission and AskUserQuestion go to
-    the ask-user MCP server's ``approve`` tool, so people decide them in the browser."""
+    the ask-user MCP server's ``approve`` tool, so people decide them in the browser.
+    ``run_settings`` (the sandbox's, ``promptmgr.sandbox``) go in the flag layer, above the
+    workspace's own settings files, which cannot widen them."""
     command = [cli, "-p", "--output-format", "stream-json", "--verbose"]
+    if run_settings is not None:
+        command += ["--settings", run_settings]
     if partial_messages:
         # Text deltas as they are generated, so the browser sees text appear live.
         command.append("--include-partial-messages")
@@ -88,12 +94,23 @@ def build_command(
     return command
 
 
-def child_env(*, ask_user_config: Path | None, ask_user_timeout: int | None) -> dict[str, str]:
-    """The allowlisted environment of a CLI run (and of the MCP server it spawns)."""
+def child_path() -> str:
+    """The ``PATH`` a CLI run gets (where it also looks for the sandbox's tools)."""
+    return os.environ.get("PATH") or DEFAULT_PATH
+
+
+def child_env(
+    *, ask_user_config: Path | None, ask_user_timeout: int | None, tmpdir: Path | None = None
+) -> dict[str, str]:
+    """The allowlisted environment of a CLI run (and of the MCP server it spawns).
+
+    ``tmpdir`` is the run's own temporary directory (``sandbox.run_tmp_open``)."""
     env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
-    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env["PATH"] = child_path()
     env.setdefault("LANG", "C.UTF-8")
     env["HOME"] = str(claude_home())
+    if tmpdir is not None:
+        env["CLAUDE_CODE_TMPDIR"] = str(tmpdir)
     env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
     env["DISABLE_AUTOUPDATER"] = "1"
     if settings.ANTHROPIC_API_KEY:

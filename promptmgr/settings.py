@@ -232,6 +232,9 @@ CLAUDE_CLI_PATH = envexecutable("CLAUDE_CLI_PATH")
 # The CLI runs this much "nicer" than the server (0 = the same priority): when the CPUs
 # are busy, the server's small, latency-bound work per line goes first (see processes.py).
 CLAUDE_CLI_NICE = envint("CLAUDE_CLI_NICE", "10", minimum=0, maximum=19)
+# Claude's tools run in Claude Code's own sandbox (bubblewrap, see promptmgr/sandbox.py);
+# only an explicit off runs them unconfined (an empty value keeps the sandbox on).
+CLAUDE_SANDBOX = envbool("CLAUDE_SANDBOX", "on") if os.environ.get("CLAUDE_SANDBOX", "").strip() else True
 
 ASK_USER_ENABLED = envbool("ASK_USER_ENABLED", "true")
 ASK_USER_DEFAULT_TIMEOUT = envint("ASK_USER_DEFAULT_TIMEOUT", "300", minimum=30, maximum=900)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from django.conf import settings
 
 from askuser import facade as askuser
-from promptmgr.cli import build_command, child_env, find_claude_cli
+from promptmgr import sandbox
+from promptmgr.cli import build_command, child_env, child_path, find_claude_cli
 from promptmgr.processes import Line, LineTimeout, ManagedProcess
 from promptmgr.workspaces import mcp_server_registered
 
@@ -29,11 +30,17 @@ class CLITurn:
     errors: tuple[str, ...] = ()  # the CLI engine's failures are in its output and exit code
 
     def __init__(
-        self, process: ManagedProcess, *, ask_user: bool, relay: askuser.RelaySession | None
+        self,
+        process: ManagedProcess,
+        *,
+        ask_user: bool,
+        relay: askuser.RelaySession | None,
+        confinement: sandbox.Confinement,
     ) -> None:
         self.process = process
         self.ask_user = ask_user
         self._relay = relay
+        self._confinement = confinement
         assert process.input is not None  # spawned with its input open
         self.input = TurnInput(write=process.input.write, end=process.input.close)
 
@@ -65,6 +72,7 @@ class CLITurn:
         if self._relay is not None:
             relay, self._relay = self._relay, None
             await askuser.relay_close(relay)
+        self._confinement.close()
         return code
 
     def stderr_tail(self, limit: int = 4000) -> str:
@@ -76,28 +84,33 @@ def _item(line: Line | None | LineTimeout) -> Item | None | LineTimeout:
 
 
 async def start_turn(request: TurnRequest) -> CLITurn:
-    """Open the run's relay session (when the workspace registers ask-user) and spawn the CLI."""
+    """Confine the run to its working directory (``sandbox``; a host where the sandbox
+    cannot start refuses the run), open its relay session (when the workspace registers
+    ask-user) and spawn the CLI."""
     project = request.project
     ask_user = mcp_server_registered(project)
+    confinement = await sandbox.confine(run_id=request.run_id, workdir=request.root, path=child_path())
     relay = None
-    if ask_user:
-        relay = await askuser.relay_session_open(
-            run_id=request.run_id,
-            project_id=project.pk,
-            stream_token=request.stream_token,
-            timeout=project.ask_user_timeout,
-        )
     try:
+        if ask_user:
+            relay = await askuser.relay_session_open(
+                run_id=request.run_id,
+                project_id=project.pk,
+                stream_token=request.stream_token,
+                timeout=project.ask_user_timeout,
+            )
         command = build_command(
             cli=find_claude_cli(),
             project=project,
             resume_session_id=request.resume_session_id,
             ask_user=ask_user,
+            run_settings=confinement.settings,
         )
         command += STREAM_JSON_INPUT
         env = child_env(
             ask_user_config=relay.config_path if relay is not None else None,
             ask_user_timeout=project.ask_user_timeout,
+            tmpdir=confinement.tmpdir,
         )
         process = await ManagedProcess.spawn(
             command,
@@ -110,7 +123,8 @@ async def start_turn(request: TurnRequest) -> CLITurn:
         # No turn will close the relay session: its secrets go now.
         if relay is not None:
             await askuser.relay_close(relay)
+        confinement.close()
         raise
-    turn = CLITurn(process, ask_user=ask_user, relay=relay)
+    turn = CLITurn(process, ask_user=ask_user, relay=relay, confinement=confinement)
     await turn.input.send_prompt(request.prompt, request.prompt_id)
     return turn

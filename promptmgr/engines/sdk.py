@@ -35,7 +35,8 @@ from claude_agent_sdk.types import PermissionMode as SDKPermissionMode
 from django.conf import settings
 
 from core.tool_names import ASK_USER_QUESTION
-from promptmgr.cli import child_env, find_claude_cli
+from promptmgr import sandbox
+from promptmgr.cli import child_env, child_path, find_claude_cli
 from promptmgr.models import PermissionMode, Project
 from promptmgr.processes import TIMEOUT, LineTimeout
 
@@ -75,7 +76,12 @@ def ask_user_enabled(project: Project) -> bool:
 
 
 def sdk_options(
-    *, project: Project, root: Path, resume_session_id: str, gate: PermissionGate
+    *,
+    project: Project,
+    root: Path,
+    resume_session_id: str,
+    gate: PermissionGate,
+    confinement: sandbox.Confinement,
 ) -> ClaudeAgentOptions:
     if project.permission_mode == PermissionMode.BYPASS:
         # The CLI would never call can_use_tool, so questions would go unanswered.
@@ -88,7 +94,9 @@ def sdk_options(
         permission_mode=cast(SDKPermissionMode, project.permission_mode),
         # Claude Code's own system prompt, as the CLI engine has it (the SDK default is empty).
         system_prompt={"type": "preset", "preset": "claude_code"},
-        env=child_env(ask_user_config=None, ask_user_timeout=None),
+        env=child_env(ask_user_config=None, ask_user_timeout=None, tmpdir=confinement.tmpdir),
+        # The sandbox's settings, as the CLI engine passes them (``--settings``).
+        settings=confinement.settings,
         include_partial_messages=True,
         can_use_tool=gate.can_use_tool,
         disallowed_tools=[] if gate.ask_user else [ASK_USER_QUESTION],
@@ -156,9 +164,11 @@ class SDKTurn:
         root: Path,
         resume_session_id: str,
         prompt: str,
+        confinement: sandbox.Confinement,
         prompt_id: str = "",
     ) -> None:
         self.stopping = asyncio.Event()
+        self._confinement = confinement
         self.errors: list[str] = []
         self.ask_user = ask_user_enabled(project)
         self.gate = PermissionGate(
@@ -168,7 +178,13 @@ class SDKTurn:
             stopping=self.stopping,
             caught_up=self.caught_up,
         )
-        options = sdk_options(project=project, root=root, resume_session_id=resume_session_id, gate=self.gate)
+        options = sdk_options(
+            project=project,
+            root=root,
+            resume_session_id=resume_session_id,
+            gate=self.gate,
+            confinement=confinement,
+        )
         self._handoff = Handoff()
         self._ended = False
         self._exit_code: int | None = None
@@ -293,6 +309,7 @@ class SDKTurn:
         # The CLI's group and the groups seen below it go too, whatever the SDK left.
         process = self.transport.process
         self._exit_code = -1 if process is None else await process.stop()
+        self._confinement.close()
         return self._exit_code
 
     def stderr_tail(self, limit: int = 4000) -> str:
@@ -301,12 +318,19 @@ class SDKTurn:
 
 
 async def start_turn(request: TurnRequest) -> SDKTurn:
-    """Start the SDK client on the run's prompt (it connects in a task of its own)."""
-    return SDKTurn(
-        run_id=request.run_id,
-        project=request.project,
-        root=request.root,
-        resume_session_id=request.resume_session_id,
-        prompt=request.prompt,
-        prompt_id=request.prompt_id,
-    )
+    """Confine the run (``sandbox``, as the CLI engine does) and start the SDK client on its
+    prompt (it connects in a task of its own)."""
+    confinement = await sandbox.confine(run_id=request.run_id, workdir=request.root, path=child_path())
+    try:
+        return SDKTurn(
+            run_id=request.run_id,
+            project=request.project,
+            root=request.root,
+            resume_session_id=request.resume_session_id,
+            prompt=request.prompt,
+            confinement=confinement,
+            prompt_id=request.prompt_id,
+        )
+    except BaseException:
+        confinement.close()
+        raise

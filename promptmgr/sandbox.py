@@ -1,0 +1,297 @@
+"""Claude's tools in Claude Code's own sandbox, confined to the run's working directory.
+
+Every run's CLI gets these settings with ``--settings`` (the "flag" layer, above the
+workspace's own settings files, which cannot widen them):
+
+- ``sandbox``: Bash, and everything it starts, runs under bubblewrap. It reads what is
+  not denied, so whole regions are denied (``/tmp``, the server's home, the app's code,
+  ``VAR_DIR``, ``STORAGE_ROOT`` with every project and every session transcript, the run
+  secrets, the database) and the run's working directory is allowed back, with the git
+  directory a worktree needs. It writes only there (and in the run's own temporary
+  directory, ``CLAUDE_CODE_TMPDIR``), sees only its own processes in ``/proc``, has a
+  network of its own (the server's loopback, so Redis and the app, is out of reach), and
+  gets neither the API key nor ``ASK_USER_CONFIG``. ``failIfUnavailable``: a CLI whose
+  sandbox cannot start refuses to run rather than run the tools unconfined.
+- ``permissions``: the file tools (Read, Grep, Glob; Edit, Write, NotebookEdit) run in
+  the CLI itself, outside bubblewrap. ``blockReadsOutsideWorkingDirectories`` and
+  ``blockWritesOutsideWorkingDirectories`` refuse every path outside the working
+  directory, in every permission mode, bypass included; deny rules name the private
+  places once more (the run secrets, the database, the CLI's home with every transcript,
+  ``/proc``), so they stay refused even if that setting were lifted.
+
+Bash still asks (``autoAllowBashIfSandboxed`` is off): an approval keeps its meaning, and
+the sandbox bounds what an approved command can reach. ``CLAUDE_SANDBOX=off`` is the
+operator's explicit way to run tools unconfined; otherwise a run on a host where the
+sandbox cannot start is refused with ``MSG_UNAVAILABLE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+MSG_UNAVAILABLE = (
+    "Claude's tools run in a sandbox (bubblewrap), which cannot start on this server: {reason}. "
+    "Install bubblewrap and socat (scripts/ensure-bubblewrap.sh does), or set CLAUDE_SANDBOX=off "
+    "to let Claude's tools run unconfined."
+)
+SCRATCH_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+READ_TOOLS = ("Read", "Grep", "Glob")
+WRITE_TOOLS = ("Edit", "Write", "NotebookEdit")
+# Variables of the CLI's environment that its sandboxed commands do not get.
+HIDDEN_ENV = ("ANTHROPIC_API_KEY", "ASK_USER_CONFIG")
+# The server's own loopback (Redis, the app's relay endpoints) is never a sandboxed command's
+# to reach, whatever domains a project's rules allow.
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+REQUIRED_TOOLS = ("bwrap", "socat")
+PROBE_TIMEOUT = 10.0
+
+
+class SandboxUnavailable(Exception):
+    """The sandbox cannot start here; the message says why and what to do (``MSG_UNAVAILABLE``)."""
+
+
+def sandbox_enabled() -> bool:
+    return bool(settings.CLAUDE_SANDBOX)
+
+
+_probe_lock = threading.Lock()
+_probed_ok = False
+
+
+def check_available(path: str) -> None:
+    """Raise ``SandboxUnavailable`` unless bubblewrap can start a sandbox here.
+
+    ``path`` is the CLI's ``PATH``, where the CLI itself looks for ``bwrap`` and ``socat``.
+    bubblewrap is tried once per process; a success is remembered, a failure is tried
+    again at the next run.
+    """
+    global _probed_ok
+    missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool, path=path) is None]
+    if missing:
+        raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=f"{' and '.join(missing)} not installed"))
+    with _probe_lock:
+        if not _probed_ok:
+            _probe_bubblewrap(path)
+            _probed_ok = True
+
+
+def _probe_bubblewrap(path: str) -> None:
+    """Start one empty sandbox, as the CLI will (user namespaces may be off, or refused by AppArmor)."""
+    bwrap = shutil.which("bwrap", path=path)
+    assert bwrap is not None
+    try:
+        probe = subprocess.run(
+            [bwrap, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--", "/bin/true"],
+            capture_output=True,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=f"bwrap could not run ({exc})")) from None
+    if probe.returncode != 0:
+        detail = probe.stderr.decode("utf-8", "replace").strip().splitlines()
+        reason = detail[-1] if detail else f"bwrap exited with code {probe.returncode}"
+        raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=reason))
+
+
+def _real(path: Path | str) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _inside(path: Path, region: Path) -> bool:
+    return path == region or region in path.parents
+
+
+def database_files() -> list[Path]:
+    """The SQLite database and its journals (none for PostgreSQL)."""
+    database = settings.DATABASES["default"]
+    if database["ENGINE"] != "django.db.backends.sqlite3":
+        return []
+    name = _real(database["NAME"])
+    return [name, *(name.with_name(name.name + suffix) for suffix in ("-wal", "-shm", "-journal"))]
+
+
+def claude_home_dir() -> Path:
+    return _real(Path(settings.STORAGE_ROOT) / "claude-home")
+
+
+def private_places() -> list[tuple[Path, bool]]:
+    """What no run may ever read, each with whether it is a directory: the run secrets,
+    the CLI's home (every project's session transcripts), the database."""
+    return [
+        (_real(settings.RUN_SECRETS_DIR), True),
+        (claude_home_dir(), True),
+        *((path, False) for path in database_files()),
+    ]
+
+
+def denied_regions() -> list[Path]:
+    """The regions of this server sandboxed commands may not read (the run's own
+    directories are allowed back inside them)."""
+    regions = [
+        *SCRATCH_DIRS,
+        # The server's home (where its tools keep credentials), not the CLI's.
+        _real(Path.home()),
+        _real(settings.BASE_DIR),
+        _real(settings.VAR_DIR),
+        _real(settings.STORAGE_ROOT),
+        *(path for path, _is_dir in private_places()),
+    ]
+    if sys.prefix != sys.base_prefix:  # the app's virtualenv, wherever it lives
+        regions.append(_real(sys.prefix))
+    unique: list[Path] = []
+    for region in regions:
+        if region != Path("/") and region not in unique:
+            unique.append(region)
+    return unique
+
+
+def git_dirs(workdir: Path) -> list[Path]:
+    """The git directories a worktree's commands need to read (its own and the shared one).
+
+    A worktree's ``.git`` is a file, ``gitdir: <path>``, naming its directory inside the
+    main repository, whose ``commondir`` leads to the shared objects and refs.
+    """
+    marker = workdir / ".git"
+    try:
+        if not marker.is_file():
+            return []
+        text = marker.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return []
+    if not text.startswith("gitdir:"):
+        return []
+    gitdir = _real(workdir / text.removeprefix("gitdir:").strip())
+    found = [gitdir]
+    with contextlib.suppress(OSError):
+        common = (gitdir / "commondir").read_text(encoding="utf-8", errors="replace").strip()
+        if common:
+            found.append(_real(gitdir / common))
+    return found
+
+
+def file_tool_denials(workdir: Path) -> list[str]:
+    """Deny rules of the file tools for the private places, each spelled as an absolute
+    rule path (``//abs``), a directory with all below it. The CLI holds Bash commands that
+    name such a path to them too. (``/proc`` needs none: the Read tool refuses process
+    files by itself, and a sandboxed command sees only its own processes.)"""
+    rules: list[str] = []
+    for place, is_dir in private_places():
+        if _inside(workdir, place):
+            continue  # never the case in a sane layout; the sandbox still denies it
+        spelled = f"/{place}/**" if is_dir else f"/{place}"
+        rules += [f"{tool}({spelled})" for tool in (*READ_TOOLS, *WRITE_TOOLS)]
+    return rules
+
+
+def run_settings(*, workdir: Path) -> dict[str, Any]:
+    """The CLI settings that confine one run's tools to ``workdir``."""
+    root = _real(workdir)
+    return {
+        "sandbox": {
+            "enabled": True,
+            "failIfUnavailable": True,
+            "autoAllowBashIfSandboxed": False,
+            "allowUnsandboxedCommands": False,
+            "filesystem": {
+                "denyRead": [str(region) for region in denied_regions()],
+                "allowRead": [str(root), *(str(path) for path in git_dirs(root))],
+                "allowWrite": [str(root)],
+            },
+            "network": {"deniedDomains": list(LOOPBACK_HOSTS)},
+            "credentials": {"envVars": [{"name": name, "mode": "deny"} for name in HIDDEN_ENV]},
+        },
+        "permissions": {
+            "blockReadsOutsideWorkingDirectories": True,
+            "blockWritesOutsideWorkingDirectories": True,
+            "deny": file_tool_denials(root),
+        },
+    }
+
+
+def settings_argument(*, workdir: Path) -> str | None:
+    """The ``--settings`` value for a run in ``workdir``; None with the sandbox switched off."""
+    if not sandbox_enabled():
+        return None
+    return json.dumps(run_settings(workdir=workdir), separators=(",", ":"))
+
+
+# --- The run's own temporary directory ---------------------------------------------------
+
+
+def _run_tmp_prefix() -> str:
+    """Names of this deployment's run directories start with this (a tag of its storage),
+    so a sweep never touches another deployment's (or test's) runs."""
+    tag = hashlib.sha256(str(_real(settings.STORAGE_ROOT)).encode()).hexdigest()[:8]
+    return f"pm{tag}-run"
+
+
+def run_tmp_open(run_id: int) -> Path:
+    """A private (0700) temporary directory for one run, its ``CLAUDE_CODE_TMPDIR``.
+
+    The CLI keeps its scratch files and background commands' output under it and binds it
+    into the sandbox writable: with the CLI's default (``/tmp/claude-<uid>``, shared by
+    every run of this OS user) one project's commands would see another's. It sits in the
+    system's temporary directory because its path must stay short: the CLI puts sockets
+    in it and, past the AF_UNIX limit, silently falls back to the shared default.
+    """
+    return Path(tempfile.mkdtemp(prefix=f"{_run_tmp_prefix()}{run_id}-"))
+
+
+def run_tmp_close(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def sweep_stale_run_tmp(active: set[int]) -> int:
+    """Remove the temporary directories of runs that no longer run (a crashed worker's)."""
+    prefix = _run_tmp_prefix()
+    removed = 0
+    for entry in Path(tempfile.gettempdir()).iterdir():
+        if not entry.name.startswith(prefix):
+            continue
+        run_id, _, _rest = entry.name.removeprefix(prefix).partition("-")
+        if run_id.isdigit() and int(run_id) not in active:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+@dataclass
+class Confinement:
+    """What confines one run: its ``--settings`` (None with the sandbox off) and its own
+    temporary directory, removed by ``close`` when the run's processes are gone."""
+
+    run_id: int
+    settings: str | None
+    tmpdir: Path
+
+    def close(self) -> None:
+        run_tmp_close(self.tmpdir)
+
+
+def _confine(run_id: int, workdir: Path, path: str) -> Confinement:
+    if sandbox_enabled():
+        check_available(path)
+    return Confinement(
+        run_id=run_id, settings=settings_argument(workdir=workdir), tmpdir=run_tmp_open(run_id)
+    )
+
+
+async def confine(*, run_id: int, workdir: Path, path: str) -> Confinement:
+    """Check that the sandbox can start (``SandboxUnavailable`` if not) and prepare the run's
+    confinement; off the event loop, since the first check starts bubblewrap once."""
+    return await asyncio.to_thread(_confine, run_id, workdir, path)
