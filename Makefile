@@ -15,7 +15,7 @@ PORT ?= 8000
 # browser tests run one at a time on one of them (tests/conftest.py).
 TEST_WORKERS ?= 3
 
-.PHONY: venv install run test test-fast lint bench
+.PHONY: venv install run test test-fast lint bench screenshots
 
 venv: $(PY)
 
@@ -59,6 +59,13 @@ test: $(VENV)/.installed-dev
 test-fast: $(VENV)/.installed-dev
 	scripts/ensure-redis.sh --binary
 	$(VENV)/bin/pytest -m unit -n 2
+
+# The pages in every look (desktop and a 390 px phone, light and dark) as PNGs in
+# docs/screenshots/, driven through the real app, CLI and scripted model.
+screenshots: $(VENV)/.installed-dev
+	scripts/ensure-chromium.sh
+	scripts/ensure-redis.sh --binary
+	$(VENV)/bin/pytest tests/pages/looks/screenshots.py -p no:cacheprovider -n 0 -q
 
 # Each benchmark starts its own stack (the app, the scripted model, a SQLite file; Redis at
 # REDIS_URL, or a private redis-server), prints its figures and stops all it started.

@@ -27,7 +27,7 @@ class ProjectCreateForm(ServiceErrorsForm):
     context = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 4}),
-        help_text="Instructions Claude reads first (the workspace's CLAUDE.md).",
+        help_text="Instructions Claude reads before every prompt.",
     )
     engine = forms.ChoiceField(choices=Engine.choices, initial=Engine.CLI)
 
@@ -39,7 +39,7 @@ class ProjectSettingsForm(ServiceErrorsForm):
     context = forms.CharField(
         required=False,
         widget=forms.Textarea(attrs={"rows": 6}),
-        help_text="Instructions Claude reads first (the workspace's CLAUDE.md).",
+        help_text="Instructions Claude reads before every prompt.",
     )
     engine = forms.ChoiceField(choices=Engine.choices)
     permission_mode = forms.ChoiceField(
