@@ -60,6 +60,8 @@ MSG_SHUTDOWN = "The server shut down while Claude was working."
 MSG_MAX_DURATION = "Stopped: the run exceeded the maximum duration of {seconds} s."
 MSG_IDLE = "Stopped: Claude Code printed nothing for {seconds} s."
 MSG_NO_RESULT = "Claude Code exited with code {code} before finishing the turn."
+CLI_REASON_LINES = 3  # of the CLI's stderr, shown with MSG_NO_RESULT
+CLI_REASON_CHARS = 600
 MSG_NOT_JSON = "Claude Code printed a line that is not stream-json: {preview}"
 MSG_TRUNCATED = "Claude Code printed a line of more than {limit} MB; it was left out of the stream."
 MSG_SPAWN_FAILED = "Could not start Claude Code: {error}"
@@ -93,6 +95,13 @@ def _record_outcome(run_id: int, outcome: Outcome) -> None:
     except run_state.IllegalTransition as exc:
         # The sweep ended it first (its owner key had lapsed); its record stands.
         logger.warning("run %s: outcome %s not recorded: %s", run_id, outcome.status, exc)
+
+
+def cli_reason(stderr: str) -> str:
+    """The first lines the CLI printed on stderr: why it stopped, in its own words."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()][:CLI_REASON_LINES]
+    text = "\n".join(lines)[:CLI_REASON_CHARS]
+    return askuser.redact_tokens(text.encode()).decode("utf-8", "replace")
 
 
 def _same_block(pending: tuple[str, dict[str, Any]], delta: dict[str, Any]) -> bool:
@@ -340,6 +349,10 @@ class RunSupervisor:
             )
         if self.result is None:
             reasons.insert(0, MSG_NO_RESULT.format(code=code))
+            # Its own reason (bypassPermissions as root, a sandbox it cannot start) is on stderr.
+            reason = cli_reason(self.turn.stderr_tail())
+            if reason:
+                reasons.insert(1, reason)
         return Outcome(
             status=RunStatus.FAILED,
             exit_code=code,
