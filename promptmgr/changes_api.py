@@ -42,9 +42,9 @@ class RevertOut(Schema):
 
 
 @router.get("/runs/{run_id}/changes", response={200: ChangesOut, **errors(401, 404, 409, 410, 422)})
-def run_changes(request: HttpRequest, run_id: int, path: str | None = None) -> Any:
+def run_changes(request: HttpRequest, run_id: int, path: str | None = None, diff: bool = True) -> Any:
     # A sync view: under ASGI it runs in a thread, so git never holds up the event loop.
-    return changes_service.run_changes(user=request.user, run_id=run_id, path=path)
+    return changes_service.run_changes(user=request.user, run_id=run_id, path=path, with_diff=diff)
 
 
 @router.post("/runs/{run_id}/revert", response={200: RevertOut, **errors(401, 403, 404, 409, 410, 422)})

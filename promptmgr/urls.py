@@ -5,7 +5,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from promptmgr import views
+from promptmgr import files_views, views
 from promptmgr.api import api
 
 urlpatterns = [
@@ -17,6 +17,7 @@ urlpatterns = [
     path("markdown/", views.markdown_preview, name="markdown_preview"),
     path("projects/", views.project_list, name="project_list"),
     path("projects/<int:project_id>/", views.project_detail, name="project_detail"),
+    path("projects/<int:project_id>/files/", files_views.files_page, name="files_page"),
     path("projects/<int:project_id>/settings/", views.project_settings, name="project_settings"),
     path(
         "projects/<int:project_id>/settings/members/",

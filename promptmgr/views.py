@@ -78,6 +78,9 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "submit_answer_url": reverse("api:submit_answer"),
         "submit_decision_url": reverse("api:submit_decision"),
         "markdown_url": reverse("markdown_preview"),
+        "changes_url": with_id_slot("api:run_changes", "run_id"),
+        "revert_url": with_id_slot("api:revert_run", "run_id"),
+        "files_page_url": reverse("files_page", kwargs={"project_id": project.pk}),
         "csrf_cookie": settings.CSRF_COOKIE_NAME,
     }
     context = {

@@ -243,8 +243,9 @@ def _tracked_run(*, user: Any, run_id: int) -> Run:
     return run
 
 
-def run_changes(*, user: Any, run_id: int, path: str | None = None) -> Changes:
-    """A run's changed files and unified diff (of one file when ``path`` is given)."""
+def run_changes(*, user: Any, run_id: int, path: str | None = None, with_diff: bool = True) -> Changes:
+    """A run's changed files and unified diff (of one file when ``path`` is given; none
+    when ``with_diff`` is off, for listing a run of thousands of files)."""
     run = _tracked_run(user=user, run_id=run_id)
     files: list[dict[str, Any]] = list(run.changed_files)
     if path is not None:
@@ -252,7 +253,7 @@ def run_changes(*, user: Any, run_id: int, path: str | None = None) -> Changes:
         if not files:
             raise NotFound(MSG_FILE_NOT_CHANGED)
     diff, truncated = ("", False)
-    if files:
+    if files and with_diff:
         diff, truncated = snapshots.unified_diff(
             Path(run.workdir),
             run.start_snapshot,

@@ -1,6 +1,7 @@
 // The open conversation: its runs, their live streams, question and permission cards, status and Cancel.
 
 import { withId } from "./api.js";
+import { ChangesCard } from "./changes-card.js";
 import { isNearEnd, isTextEntry, scrollToEnd } from "./dom.js";
 import { PermissionCard } from "./permission-card.js";
 import { QuestionCard } from "./question-card.js";
@@ -200,6 +201,9 @@ export class ConversationView {
       case "permission_expired":
         this.permissionCard(data.request_id)?.markExpired(data);
         break;
+      case "changes":
+        this.showChanges(run, data);
+        break;
       case "done":
         this.runEnded(run, data, live);
         break;
@@ -230,6 +234,22 @@ export class ConversationView {
       onChange: (changed) => this.attention.update(changed),
     });
     this.place(run, card, live);
+  }
+
+  /** The files the run changed, shown once it has ended; each opens to its diff. */
+  showChanges(run, data) {
+    const card = new ChangesCard(data, {
+      api: this.api,
+      changesUrl: this.config.changesUrl,
+      revertUrl: this.config.revertUrl,
+      filesUrl: this.filesUrl(),
+    });
+    run.add(card.element);
+  }
+
+  /** The file browser on this conversation's worktree (or the project's default branch). */
+  filesUrl() {
+    return this.id ? `${this.config.filesPageUrl}?conversation=${encodeURIComponent(this.id)}` : this.config.filesPageUrl;
   }
 
   permissionCard(requestId) {

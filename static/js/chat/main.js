@@ -16,6 +16,7 @@ const prompt = part("prompt");
 const composer = part("composer");
 const composerError = part("composer-error");
 const sendButton = part("send");
+const filesLink = part("files");
 let sending = false;
 
 // The prompt box grows with its text, up to the height its stylesheet allows.
@@ -55,6 +56,7 @@ const view = new ConversationView({
     onChange: () => {
       updateComposer();
       sidebar.showStatus(view.id, view.latestRun?.status ?? null);
+      filesLink.href = view.filesUrl();
     },
     onRunEnded: () => {
       sidebar.refresh();

@@ -18,6 +18,7 @@ export const EVENT_NAMES = [
   "permission_request",
   "permission_decided",
   "permission_expired",
+  "changes",
   "done",
 ];
 
