@@ -1,16 +1,37 @@
 """The run event stream: every SSE event of a run, in a Redis stream any worker can serve.
 
-Both apps write to it (the run supervisor its translated output, askuser its cards and
-answers); the SSE view reads it. Keys of one run share a hash tag (``{run:ID}``) so the Lua
-append works on Redis Cluster too.
+Both apps write to it (the run supervisor its translated output, through an
+``EventWriter`` that holds events through a Redis outage; askuser its cards and answers);
+the SSE view reads it, through one ``RunTail`` per run and worker however many clients
+watch. Keys of one run share a hash tag (``{run:ID}``) so the Lua append works on Redis
+Cluster too.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from dataclasses import dataclass, field
 from typing import Any
 
-from .redis import decode_json, encode_json, get_async_redis, get_redis, key_prefix
+import redis
+
+from .redis import (
+    blocking_client,
+    decode_json,
+    encode_json,
+    get_async_redis,
+    get_redis,
+    key_prefix,
+    outage_over,
+    outage_seen,
+)
+
+# Retrying Redis after a failure: the first pause, doubled up to the last.
+BACKOFF_START = 0.25
+BACKOFF_MAX = 4.0
+# The most events one append call carries (a backlog held through an outage goes in parts).
+APPEND_CHUNK = 1000
 
 
 def run_tag(run_id: int) -> str:
@@ -131,3 +152,182 @@ async def expire_stream(run_id: int, ttl: int) -> None:
 def stream_clear_sync(run_id: int) -> None:
     """Drop whatever stream a run of this id left, before a new run of the id starts."""
     get_redis().delete(events_key(run_id), seq_key(run_id))
+
+
+# --- Writing through an outage ---------------------------------------------------------------
+
+
+class RedisOutageTooLong(redis.ConnectionError):
+    """Redis stayed unreachable longer than a run may hold its events."""
+
+
+MSG_OUTAGE_TOO_LONG = "Redis was unreachable for more than {seconds:.0f} s"
+
+
+class EventWriter:
+    """Appends one run's events in order; while Redis is unreachable it holds them and
+    retries with backoff, so a run outlives a short outage with every event kept.
+
+    Past ``max_outage`` seconds without a successful write, ``write`` raises
+    ``RedisOutageTooLong``.
+    """
+
+    def __init__(self, run_id: int, *, max_outage: float) -> None:
+        self.run_id = run_id
+        self.max_outage = max_outage
+        self.held: list[tuple[str, dict[str, Any]]] = []
+        self._failing_since: float | None = None
+        self._retry_at = 0.0
+        self._backoff = BACKOFF_START
+
+    async def write(self, batch: list[tuple[str, dict[str, Any]]]) -> list[Event]:
+        """Append ``batch`` after whatever is held; returns the events written now.
+
+        During an outage nothing is written and ``[]`` comes back; the batch waits for the
+        next call after the backoff.
+        """
+        self.held.extend(batch)
+        if not self.held:
+            return []
+        now = asyncio.get_running_loop().time()
+        if now < self._retry_at:
+            self._check_limit(now)
+            return []
+        written: list[Event] = []
+        try:
+            await self._append_held(written)
+        except redis.RedisError as exc:
+            self._failed(exc)
+        return written
+
+    async def drain(self) -> list[Event]:
+        """Write everything held once Redis answers, waiting as long as the outage limit
+        allows; returns the events written."""
+        written: list[Event] = []
+        while True:
+            await asyncio.sleep(max(0.0, self._retry_at - asyncio.get_running_loop().time()))
+            try:
+                if not self.held:
+                    await get_async_redis().ping()
+                await self._append_held(written)
+                return written
+            except redis.RedisError as exc:
+                self._failed(exc)
+
+    def outage(self, exc: BaseException) -> None:
+        """A Redis call of this run failed: note it, and give up past the limit."""
+        outage_seen(exc)
+        now = asyncio.get_running_loop().time()
+        if self._failing_since is None:
+            self._failing_since = now
+        self._check_limit(now)
+
+    async def _append_held(self, written: list[Event]) -> None:
+        while self.held:
+            chunk = self.held[:APPEND_CHUNK]
+            ids = await append_events(self.run_id, chunk)
+            del self.held[: len(chunk)]
+            written.extend(Event(id=i, event=e, data=d) for i, (e, d) in zip(ids, chunk, strict=True))
+        if self._failing_since is not None:
+            outage_over()
+        self._failing_since, self._backoff, self._retry_at = None, BACKOFF_START, 0.0
+
+    def _failed(self, exc: BaseException) -> None:
+        self.outage(exc)
+        self._retry_at = asyncio.get_running_loop().time() + self._backoff
+        self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+
+    def _check_limit(self, now: float) -> None:
+        if self._failing_since is not None and now - self._failing_since > self.max_outage:
+            raise RedisOutageTooLong(MSG_OUTAGE_TOO_LONG.format(seconds=self.max_outage))
+
+
+# --- Reading for many clients ----------------------------------------------------------------
+
+
+class RunTail:
+    """One run's new events, read once per worker for every client waiting on them.
+
+    A task blocks on the stream (``XREAD``) on a connection of its own and hands each
+    batch to whoever waits, so a hundred clients of a run cost one connection and one
+    read, not a hundred. Through an outage it retries with backoff, and resumes from the
+    last event it saw. Clients catch up on older events with ``read_events`` themselves.
+    """
+
+    BLOCK_MS = 10_000
+
+    def __init__(self, run_id: int, after: int) -> None:
+        loop = asyncio.get_running_loop()
+        self.run_id = run_id
+        self.last_id = after
+        self.users = 0
+        self.loop = loop
+        self._next: asyncio.Future[list[Event]] = loop.create_future()
+        # A fresh context: the tail outlives the request that started it.
+        self._task = loop.create_task(self._read(), name=f"tail-{run_id}", context=contextvars.Context())
+
+    async def wait(self, after: int, timeout: float) -> list[Event]:
+        """Events with id > ``after`` among the next batch, if it comes within ``timeout``."""
+        try:
+            batch = await asyncio.wait_for(asyncio.shield(self._next), timeout)
+        except TimeoutError:
+            return []
+        return [event for event in batch if event.id > after]
+
+    async def _read(self) -> None:
+        client = blocking_client()
+        backoff = BACKOFF_START
+        failing = False
+        try:
+            while True:
+                try:
+                    reply: Any = await client.xread(
+                        {events_key(self.run_id): _stream_id(self.last_id)}, block=self.BLOCK_MS, count=500
+                    )
+                except redis.RedisError as exc:
+                    outage_seen(exc)
+                    failing = True
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    continue
+                if failing:
+                    outage_over()
+                    failing, backoff = False, BACKOFF_START
+                batch = [
+                    _decode(entry_id, fields) for _key, entries in reply or [] for entry_id, fields in entries
+                ]
+                if batch:
+                    self.last_id = batch[-1].id
+                    done, self._next = self._next, self.loop.create_future()
+                    done.set_result(batch)
+        finally:
+            await client.aclose()
+
+    def close(self) -> None:
+        """Stop reading; the task closes its connection as it ends."""
+        self._task.cancel()
+        # Held until it has finished: the loop keeps only weak references to tasks.
+        _closing.add(self._task)
+        self._task.add_done_callback(_closing.discard)
+
+
+_closing: set[asyncio.Task[None]] = set()
+_tails: dict[tuple[int, int], RunTail] = {}
+
+
+def tail_acquire(run_id: int, after: int) -> RunTail:
+    """The run's tail in this event loop, started at ``after`` if there is none yet."""
+    loop = asyncio.get_running_loop()
+    tail = _tails.get((id(loop), run_id))
+    if tail is None or tail.loop is not loop:
+        tail = _tails[(id(loop), run_id)] = RunTail(run_id, after)
+    tail.users += 1
+    return tail
+
+
+def tail_release(tail: RunTail) -> None:
+    """A client of the tail is done; the last one to leave stops it and its connection."""
+    tail.users -= 1
+    if tail.users <= 0:
+        _tails.pop((id(tail.loop), tail.run_id), None)
+        tail.close()

@@ -5,12 +5,21 @@ share a Redis) followed by this database's instance id (``core.models.Instance``
 re-created database, a restored backup or a second deployment on the same Redis and
 prefix never sees another database's runs. Key names themselves live in each app's
 ``live`` module (``promptmgr.live``, ``askuser.live``) and in ``core.events``.
+
+Connections: the pool of each event loop keeps at most ``MAX_IDLE_CONNECTIONS`` idle
+connections open, so a burst (hundreds of requests at once) does not leave hundreds of
+sockets behind; long blocking reads use a client of their own (``blocking_client``),
+closed when the read is no longer wanted. Outages: whoever meets an unreachable Redis
+reports it through ``outage_seen``, and the log gets one warning per outage and one line
+when it is over, however many requests and runs meet it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 from typing import Any
 
 import orjson
@@ -23,9 +32,13 @@ _async_clients: dict[int, tuple[object, aredis.Redis]] = {}
 _sync_client: redis.Redis | None = None
 _instance_uid: str | None = None
 
+logger = logging.getLogger(__name__)
+
 # Above the longest blocking call we make (the 25 s long-poll, the SSE heartbeat wait);
 # redis-py's own default of 5 s would cut those off.
 SOCKET_TIMEOUT = 65
+# Idle connections each event loop's pool keeps open; the rest are closed on release.
+MAX_IDLE_CONNECTIONS = 4
 
 MSG_NO_INSTANCE = (
     "The instance id is not loaded: call core.redis.load_instance_uid() at start-up "
@@ -77,6 +90,25 @@ def get_redis() -> redis.Redis:
     return _sync_client
 
 
+class TrimmedConnectionPool(aredis.ConnectionPool):
+    """A pool that keeps at most ``MAX_IDLE_CONNECTIONS`` idle connections open.
+
+    redis-py's pool keeps every connection it ever opened: after a burst of requests the
+    worker held one idle socket per request of the burst, for good.
+    """
+
+    async def release(self, connection: Any) -> None:
+        idle = sum(1 for c in self._available_connections if c.is_connected)
+        if idle >= MAX_IDLE_CONNECTIONS:
+            # Still ours (not back in the pool yet), so nobody is using it.
+            await connection.disconnect()
+        await super().release(connection)
+
+
+def _client_options() -> dict[str, Any]:
+    return {"decode_responses": True, "socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": 5}
+
+
 def get_async_redis() -> aredis.Redis:
     """An asyncio client for the running event loop."""
     loop = asyncio.get_running_loop()
@@ -84,16 +116,57 @@ def get_async_redis() -> aredis.Redis:
     # The identity check guards against a new loop reusing a dead loop's id.
     if cached is not None and cached[0] is loop:
         return cached[1]
-    client = aredis.Redis.from_url(
+    pool = TrimmedConnectionPool.from_url(
         settings.REDIS_URL,
-        decode_responses=True,
-        socket_timeout=SOCKET_TIMEOUT,
-        socket_connect_timeout=5,
-        # Every open SSE stream and long-poll holds a connection while it blocks.
+        # Each ask-user long-poll holds a connection while it blocks.
         max_connections=settings.REDIS_MAX_CONNECTIONS,
+        **_client_options(),
     )
+    client = aredis.Redis(connection_pool=pool)
     _async_clients[id(loop)] = (loop, client)
     return client
+
+
+def blocking_client() -> aredis.Redis:
+    """A client with a connection of its own, for a long blocking read; ``aclose()`` it.
+
+    A blocked read holds its connection for seconds; taken from the shared pool, such
+    connections would stay open there long after their readers left.
+    """
+    return aredis.Redis.from_url(settings.REDIS_URL, single_connection_client=True, **_client_options())
+
+
+# --- Outages ------------------------------------------------------------------------------
+
+_outage_since: float | None = None
+MSG_OUTAGE = "Redis is unreachable (%s); streams wait and runs keep their events until it is back"
+MSG_RECOVERED = "Redis is reachable again after %.1f s"
+
+
+def outage_seen(exc: BaseException) -> float:
+    """Report a failed Redis call; returns how long the outage has lasted, in seconds.
+
+    The first report of an outage logs one warning; later ones stay quiet.
+    """
+    global _outage_since
+    now = time.monotonic()
+    if _outage_since is None:
+        _outage_since = now
+        logger.warning(MSG_OUTAGE, exc)
+    return now - _outage_since
+
+
+def outage_over() -> None:
+    """Report a Redis call that worked: an outage in progress is over."""
+    global _outage_since
+    if _outage_since is not None:
+        logger.warning(MSG_RECOVERED, time.monotonic() - _outage_since)
+        _outage_since = None
+
+
+def outage_seconds() -> float:
+    """How long Redis has been unreachable (0 when it is not known to be)."""
+    return 0.0 if _outage_since is None else time.monotonic() - _outage_since
 
 
 def reset_clients() -> None:

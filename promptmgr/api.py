@@ -2,7 +2,9 @@
 
 Every error answers one JSON body, ``{"detail": "<sentence>", "code": "<code>"}``
 (``ErrorOut``); a request that fails validation adds ``errors``, the fields at fault.
-Services raise ``core.errors`` domain errors; the handlers here map them.
+Services raise ``core.errors`` domain errors; the handlers here map them, and so bad
+input never becomes a 500: a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE`` answers 413, a
+body that is not JSON and a NUL character in any text (body or query) answer 422.
 """
 
 from __future__ import annotations
@@ -11,30 +13,74 @@ import logging
 from typing import Any
 
 import redis
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpRequest, HttpResponse
+from django.utils.datastructures import MultiValueDict
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
+from ninja.parser import Parser
 from ninja.security import django_auth
 
 from askuser.api import router as askuser_router
-from core.errors import DomainError
+from core import redis as core_redis
+from core.errors import DomainError, Invalid
 from promptmgr.changes_api import router as changes_router
 from promptmgr.files_api import router as files_router
 from promptmgr.messages_api import router as messages_router
 from promptmgr.projects_api import router as projects_router
 from promptmgr.runs_api import router as runs_router
 
+MSG_NOT_JSON = "The request body is not valid JSON."
+MSG_NUL = "Text may not contain NUL characters (\\u0000)."
+MSG_TOO_LARGE = "The request body is larger than the {limit} bytes the server accepts."
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
+
+
+class StrictParser(Parser):
+    """JSON bodies and query strings, refusing NUL characters anywhere in their text:
+    PostgreSQL cannot store them, and no field of this API has a use for one."""
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        try:
+            data = super().parse_body(request)
+        except ValueError:  # not JSON, or not UTF-8
+            raise Invalid(MSG_NOT_JSON, code="invalid_json") from None
+        if _has_nul(data):
+            raise Invalid(MSG_NUL, code="nul_character")
+        return data
+
+    def parse_querydict(
+        self, data: MultiValueDict[str, Any], list_fields: list[str], request: HttpRequest
+    ) -> dict[str, Any]:
+        parsed = super().parse_querydict(data, list_fields, request)
+        if _has_nul(parsed):
+            raise Invalid(MSG_NUL, code="nul_character")
+        return parsed
+
+
 # Session auth enforces CSRF on unsafe methods; the relay endpoints override it with
 # their bearer-token auth.
-api = NinjaAPI(title="PromptManager API", version="1", auth=django_auth, urls_namespace="api")
+api = NinjaAPI(
+    title="PromptManager API", version="1", auth=django_auth, urls_namespace="api", parser=StrictParser()
+)
 api.add_router("/projects", projects_router, tags=["projects"])
 api.add_router("/", runs_router, tags=["runs"])
 api.add_router("/askuser", askuser_router, tags=["ask-user"])
-api.add_router("/", messages_router, tags=["messages"])
 api.add_router("/", changes_router, tags=["changes"])
 api.add_router("/", files_router, tags=["files"])
+api.add_router("/", messages_router, tags=["messages"])
 
 logger = logging.getLogger(__name__)
 MSG_REDIS_DOWN = "The live service (Redis) is unreachable; nothing was changed. Try again shortly."
@@ -83,11 +129,24 @@ def unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpRespo
 
 @api.exception_handler(HttpError)
 def http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if isinstance(exc.__cause__, DomainError):
+        # ninja wraps whatever the body parser raises in a 400; ours raises what it means.
+        return domain_error(request, exc.__cause__)
     return _error(request, exc.status_code, exc.message, HTTP_CODES.get(exc.status_code, "error"))
+
+
+@api.exception_handler(RequestDataTooBig)
+def body_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+    # Django raises it when the body is first read (ninja's parsing, the CSRF check).
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return _error(request, 413, MSG_TOO_LARGE.format(limit=limit), "too_large")
 
 
 @api.exception_handler(redis.RedisError)
 def redis_unavailable(request: HttpRequest, exc: redis.RedisError) -> HttpResponse:
     # A clear 503 instead of a 500: the request can simply be retried once Redis is back.
-    logger.error("Redis unavailable during %s %s: %s", request.method, request.path, exc)
-    return _error(request, 503, MSG_REDIS_DOWN, "redis_unavailable")
+    # One warning per outage (core.redis), not a line per request.
+    core_redis.outage_seen(exc)
+    response = _error(request, 503, MSG_REDIS_DOWN, "redis_unavailable")
+    response._has_been_logged = True  # type: ignore[attr-defined]  # Django's own log line per 5xx, too
+    return response

@@ -4,14 +4,23 @@ Around Django it adds the ASGI lifespan (so runs are stopped and their process g
 reaped when the server shuts down), static files (uvicorn serves none, and a sync-only
 middleware such as whitenoise would push every async view into a thread of its own), and,
 when no Anthropic key is set, the offline demo model under ``DEMO_MODEL_PATH``.
+
+Run event streams (SSE) are served by Django without the thread Django gives every
+request: ``ASGIHandler`` runs each request in a ``ThreadSensitiveContext``, whose thread
+(and the database connection it opens) lives as long as the request, which for a stream
+is as long as someone watches. A stream's few synchronous steps (the session and the
+run's visibility at the start, a status check per heartbeat) go to asgiref's one shared
+thread instead.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from django.core.asgi import get_asgi_application
+from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "promptmgr.settings")
 django_application = get_asgi_application()
@@ -23,6 +32,18 @@ from promptmgr import lifecycle  # noqa: E402
 from promptmgr.scripted_model.server import create_app as create_demo_model  # noqa: E402
 
 Scope = dict[str, Any]
+# The run events endpoint of promptmgr.runs_api.
+EVENTS_PATH = re.compile(r"/api/runs/\d+/events")
+
+
+class SharedThreadHandler(ASGIHandler):
+    """Django without a thread of its own per request, for requests that live long."""
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        await self.handle(scope, receive, send)
+
+
+_streams = SharedThreadHandler()
 
 _demo_model = create_demo_model(pace_ms=15) if settings.DEMO_MODEL else None
 # The project's static/ plus the admin's and django-ninja's (the /api/docs page) own
@@ -44,5 +65,8 @@ async def application(scope: Scope, receive: Any, send: Any) -> None:
     if _demo_model is not None and path.startswith(settings.DEMO_MODEL_PATH + "/"):
         inner = dict(scope, path=path[len(settings.DEMO_MODEL_PATH) :], root_path="")
         await _demo_model(inner, receive, send)
+        return
+    if scope["type"] == "http" and EVENTS_PATH.fullmatch(path):
+        await _streams(scope, receive, send)
         return
     await django_application(scope, receive, send)

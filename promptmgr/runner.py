@@ -32,7 +32,7 @@ from django.utils import timezone
 from askuser import facade as askuser
 from core import events
 from core.events import Event
-from core.redis import get_async_redis
+from core.redis import get_async_redis, outage_seen
 
 from . import live, markdown
 from .engines import cli as cli_engine
@@ -132,6 +132,8 @@ class RunSupervisor:
         self.inbox = RunInbox(run_id, self.emit)
         self._pending: list[tuple[str, dict[str, Any]]] = []
         self._batching = False
+        # Holds the run's events through a Redis outage of up to REDIS_OUTAGE_SECONDS.
+        self.writer = events.EventWriter(run_id, max_outage=settings.REDIS_OUTAGE_SECONDS)
 
     async def emit(self, event: str, data: dict[str, Any]) -> None:
         """Append an event; inside a batch of ready messages it waits for the batch's flush."""
@@ -145,13 +147,12 @@ class RunSupervisor:
             await self._flush()
 
     async def _flush(self) -> None:
-        if not self._pending:
+        if not self._pending and not self.writer.held:
             return
         batch, self._pending = self._pending, []
         # One round trip for the whole batch: at full speed the CLI prints thousands of
         # lines a second, and one Redis call per event could not keep up.
-        ids = await events.append_events(self.run_id, batch)
-        self.emitted.extend(Event(id=i, event=e, data=d) for i, (e, d) in zip(ids, batch, strict=True))
+        self.emitted.extend(await self.writer.write(batch))
 
     def request_stop(self, status: str, message: str) -> None:
         """Stop the CLI; the read loop then sees end of output and records ``status``."""
@@ -176,7 +177,8 @@ class RunSupervisor:
             self.request_stop(RunStatus.CANCELLED, MSG_SHUTDOWN)
             raise
         except redis.RedisError as exc:
-            logger.exception("run %s lost Redis", self.run_id)
+            # The outage itself is logged once (core.redis); no traceback per run.
+            logger.warning("run %s stopped: %s", self.run_id, exc)
             outcome = Outcome(status=RunStatus.FAILED, error=MSG_REDIS_LOST.format(error=exc))
         except Exception as exc:
             logger.exception("run %s failed", self.run_id)
@@ -275,11 +277,16 @@ class RunSupervisor:
 
         Returns True while a question is waiting for the user.
         """
+        await self._flush()  # what a Redis outage held goes out as soon as Redis is back
         self.inbox.wake()  # the safety net for a message whose wake-up was missed
-        await live.set_owner(self.run_id, WORKER_ID, ttl=OWNER_TTL)
-        if not self.ask_user:
+        try:
+            await live.set_owner(self.run_id, WORKER_ID, ttl=OWNER_TTL)
+            if not self.ask_user:
+                return False
+            return await askuser.show_waiting_question(self.run_id)
+        except redis.RedisError as exc:
+            self.writer.outage(exc)  # past REDIS_OUTAGE_SECONDS this ends the run
             return False
-        return await askuser.show_waiting_question(self.run_id)
 
     async def _on_item(self, ctx: RunContext, item: Item) -> None:
         if isinstance(item, Garbage):
@@ -378,8 +385,11 @@ class RunSupervisor:
                         self.inbox.wake()
             except asyncio.CancelledError:
                 raise
+            except redis.RedisError as exc:
+                outage_seen(exc)  # one warning per outage, not a traceback a second
+                await asyncio.sleep(1)
             except Exception:
-                logger.warning("cancel listener for run %s lost Redis; retrying", self.run_id, exc_info=True)
+                logger.warning("cancel listener for run %s failed; retrying", self.run_id, exc_info=True)
                 await asyncio.sleep(1)
             finally:
                 with contextlib.suppress(Exception):
@@ -394,9 +404,11 @@ class RunSupervisor:
         self.changes = await run_changes.record_end(self.run_id)
         await sync_to_async(_record_outcome)(self.run_id, outcome)
         try:
+            # The closing events follow what the run still holds, once Redis answers.
+            self.emitted.extend(await self.writer.drain())
             await self._close_live(ctx, outcome)
-        except redis.RedisError:
-            logger.exception("run %s ended while Redis was unreachable", self.run_id)
+        except redis.RedisError as exc:
+            logger.warning("run %s ended while Redis was unreachable: %s", self.run_id, exc)
             # Keep at least what this worker streamed, so the conversation can be shown.
             await sync_to_async(persist_events)(self.run_id, self.emitted)
 

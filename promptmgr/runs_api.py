@@ -10,6 +10,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Router, Schema, Status
+from ninja.params.functions import Header, Query
 
 from core.schemas import errors
 
@@ -21,7 +22,8 @@ router = Router()
 
 
 class RunIn(Schema):
-    prompt: str = Field(..., max_length=runs_service.MAX_PROMPT_CHARS)
+    # At least one character that is not white space (the prompt is stored stripped).
+    prompt: str = Field(..., max_length=runs_service.MAX_PROMPT_CHARS, pattern=r"\S")
     conversation_id: int | None = None
 
 
@@ -109,14 +111,62 @@ async def cancel_run(request: HttpRequest, run_id: int) -> Status[Run]:
     return Status(202, await runs_service.run_cancel(user=request.user, run_id=run_id))
 
 
-@router.get("/runs/{run_id}/events", response={200: None, **errors(401, 404, 422)})
+# The largest id a Redis stream entry can carry: larger ones cannot name an event.
+MAX_EVENT_ID = 2**63 - 1
+# One event of the stream (OpenAPI 3.1: the schema of an event-stream describes each event).
+SSE_EVENT = {
+    "type": "object",
+    "required": ["id", "event", "data"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^[0-9]+$"},
+        "event": {"type": "string", "pattern": "^[a-z_]+$"},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"type": "object"},
+        },
+        "retry": {"type": "integer"},
+    },
+}
+SSE_RESPONSE = {
+    200: {
+        "description": "The run's events as Server-Sent Events, ``done`` last (docs/design-notes.md)",
+        "content": {"text/event-stream": {"schema": SSE_EVENT}},
+    }
+}
+
+
+def stream_start(header: str | None, query: int | None) -> int:
+    """The id a stream starts after: ``Last-Event-ID`` (what EventSource sends when it
+    reconnects), else ``?last_event_id=``, else 0.
+
+    A header that is not a whole number from 0 to 2^63 - 1 is ignored, and the stream
+    starts from the beginning: a client reading it deduplicates by id anyway.
+    """
+    value = (header or "").strip()
+    if value.isascii() and value.isdigit() and int(value) <= MAX_EVENT_ID:
+        return int(value)
+    return query or 0
+
+
+@router.get(
+    "/runs/{run_id}/events",
+    response={200: None, **errors(401, 404, 422)},
+    openapi_extra={"responses": SSE_RESPONSE},
+)
 async def run_events(
-    request: HttpRequest, run_id: int, last_event_id: int | None = None
+    request: HttpRequest,
+    run_id: int,
+    last_event_id: int | None = Query(None, ge=0, le=MAX_EVENT_ID),
+    last_event_id_header: str | None = Header(None, alias="Last-Event-ID"),
 ) -> StreamingHttpResponse:
     await sync_to_async(runs_service.run_visible)(user=request.user, run_id=run_id)
-    header = request.headers.get("Last-Event-ID", "")
-    after = int(header) if header.isdigit() else (last_event_id or 0)
-    stream = event_stream(RunEventSource(run_id), after=after, heartbeat=settings.SSE_HEARTBEAT_SECONDS)
+    stream = event_stream(
+        RunEventSource(run_id),
+        after=stream_start(last_event_id_header, last_event_id),
+        heartbeat=settings.SSE_HEARTBEAT_SECONDS,
+        max_outage=settings.REDIS_OUTAGE_SECONDS,
+    )
     response = StreamingHttpResponse(stream, content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"

@@ -209,8 +209,11 @@ X_FRAME_OPTIONS = "DENY"
 # --- PromptManager -------------------------------------------------------------------
 
 REDIS_KEY_PREFIX = envstr("REDIS_KEY_PREFIX", "pm")
-# Per web worker: each open SSE stream and each ask-user long-poll holds one while it waits.
+# Per web worker: each ask-user long-poll holds one while it waits (SSE streams share one per run).
 REDIS_MAX_CONNECTIONS = envint("REDIS_MAX_CONNECTIONS", "2000", minimum=10, maximum=100000)
+# How long a run keeps its events while Redis is unreachable (then it fails), and how long
+# an open SSE stream waits for Redis (then it ends with a retry hint).
+REDIS_OUTAGE_SECONDS = envint("REDIS_OUTAGE_SECONDS", "60", minimum=1, maximum=3600)
 REDIS_URL = envurl("REDIS_URL", "redis://127.0.0.1:6379/0", schemes={"redis", "rediss", "unix"})
 STORAGE_ROOT = Path(envstr("STORAGE_ROOT", str(VAR_DIR / "storage")))
 # Per-run ask-user config files (secrets) live here, in 0700 directories.

@@ -3,35 +3,68 @@
 The generator is independent of HTTP: it takes its event source as an argument, so tests
 feed it a finite source. Any worker can serve any run's events: they live in Redis (and
 in the database once the run has ended and its stream expired).
+
+An open stream costs no thread and no connection of its own: the clients of a run share
+one Redis reader per worker (``core.events.RunTail``), and the database is asked only
+when a stream starts, at each heartbeat and when Redis no longer has the events. When
+Redis is unreachable the stream keeps waiting, with heartbeats, and carries on from where
+it was when Redis is back; past ``REDIS_OUTAGE_SECONDS`` it ends cleanly, with a retry
+hint and a ``reconnect`` event, never with a broken body.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
-from typing import Protocol
+from collections.abc import AsyncGenerator, Awaitable
+from typing import Protocol, TypeVar
 
+import redis
 from asgiref.sync import sync_to_async
 
 from core import events as live_events
-from core.events import Event
+from core.events import Event, RunTail
+from core.redis import encode_json, outage_seconds, outage_seen
 
 from .services.runs import run_is_active, stored_events
 
 logger = logging.getLogger(__name__)
 
 RETRY_MS = 2000
+# The retry hint of a stream that ends because its events cannot be read right now.
+RECONNECT_RETRY_MS = 5000
 # Seconds an ended run's stream waits for its closing events before giving up on them.
 CLOSING_GRACE = 5.0
+# Redis calls of all streams of a worker at once (catching up, existence checks): a
+# crowd of clients opening together must not open a connection each.
+_REDIS_CALLS = 8
+_redis_slots: dict[int, asyncio.Semaphore] = {}
+T = TypeVar("T")
+
+
+class SourceUnavailable(Exception):
+    """The events cannot be read at the moment (Redis is unreachable)."""
 
 
 class EventSource(Protocol):
     async def next_batch(self, after: int, wait_seconds: float) -> list[Event]:
-        """Events with id > ``after``, waiting up to ``wait_seconds`` for the first."""
+        """Events with id > ``after``, waiting up to ``wait_seconds`` for the first.
+
+        Raises ``SourceUnavailable`` while the events cannot be read.
+        """
 
     async def finished(self) -> bool:
         """True when no further events will come."""
+
+    def close(self) -> None:
+        """The stream is over: let go of what it held."""
+
+
+async def _limited(call: Awaitable[T]) -> T:
+    loop = asyncio.get_running_loop()
+    slots = _redis_slots.setdefault(id(loop), asyncio.Semaphore(_REDIS_CALLS))
+    async with slots:
+        return await call
 
 
 class RunEventSource:
@@ -40,37 +73,83 @@ class RunEventSource:
     def __init__(self, run_id: int) -> None:
         self.run_id = run_id
         self._in_redis = False  # the stream was seen in Redis; it stays there for hours
+        self._tail: RunTail | None = None
 
     async def next_batch(self, after: int, wait_seconds: float) -> list[Event]:
-        # One round trip per batch while the run streams: the existence check is repeated
-        # only when a wait comes back empty (the stream may have expired meanwhile).
-        if self._in_redis or await live_events.stream_exists(self.run_id):
-            events = await live_events.wait_events(
-                self.run_id, after, block_ms=max(1, int(wait_seconds * 1000))
-            )
-            self._in_redis = bool(events) or await live_events.stream_exists(self.run_id)
-            if events or self._in_redis:
-                return events
+        try:
+            if not self._in_redis:
+                self._in_redis = await _limited(live_events.stream_exists(self.run_id))
+            if self._in_redis:
+                events = await self._from_redis(after, wait_seconds)
+                # An empty wait may mean the stream expired meanwhile: look again.
+                self._in_redis = bool(events) or await _limited(live_events.stream_exists(self.run_id))
+                if events or self._in_redis:
+                    if not events and outage_seconds() > 0:
+                        raise SourceUnavailable  # the tail cannot read either
+                    return events
+        except redis.RedisError as exc:
+            outage_seen(exc)
+            await asyncio.sleep(min(wait_seconds, 1.0))
+            raise SourceUnavailable from exc
         stored = await sync_to_async(stored_events)(self.run_id, after)
         if stored:
             return stored
         await asyncio.sleep(min(wait_seconds, 1.0))
         return []
 
+    async def _from_redis(self, after: int, wait_seconds: float) -> list[Event]:
+        if self._tail is None:
+            self._tail = live_events.tail_acquire(self.run_id, after)
+        if after < self._tail.last_id:
+            # Behind the shared reader: catch up on what it has passed.
+            return await _limited(live_events.read_events(self.run_id, after))
+        return await self._tail.wait(after, wait_seconds)
+
     async def finished(self) -> bool:
         return not await sync_to_async(run_is_active)(self.run_id)
 
+    def close(self) -> None:
+        if self._tail is not None:
+            live_events.tail_release(self._tail)
+            self._tail = None
+
+
+def reconnect_event(after: int) -> bytes:
+    """The end of a stream that cannot go on now: the client reconnects from ``after``.
+
+    Its id repeats the last event's, so the reconnection resumes exactly there.
+    """
+    data = encode_json({"reason": "unavailable", "retry_ms": RECONNECT_RETRY_MS})
+    return f"retry: {RECONNECT_RETRY_MS}\nid: {after}\nevent: reconnect\ndata: {data}\n\n".encode()
+
 
 async def event_stream(
-    source: EventSource, *, after: int, heartbeat: float, closing_grace: float = CLOSING_GRACE
+    source: EventSource,
+    *,
+    after: int,
+    heartbeat: float,
+    closing_grace: float = CLOSING_GRACE,
+    max_outage: float = 60.0,
 ) -> AsyncGenerator[bytes, None]:
     """SSE bytes: each event with ``id:`` and ``event:``, comments as heartbeats, ``done`` last."""
     yield f"retry: {RETRY_MS}\n\n".encode()
-    quiet_since = asyncio.get_running_loop().time()
+    loop = asyncio.get_running_loop()
+    quiet_since = loop.time()
     closing = False  # the run has ended; its closing events are awaited for a moment
+    unavailable_since: float | None = None
     try:
         while True:
-            batch = await source.next_batch(after, closing_grace if closing else heartbeat)
+            try:
+                batch = await source.next_batch(after, closing_grace if closing else heartbeat)
+            except SourceUnavailable:
+                now = loop.time()
+                unavailable_since = unavailable_since or now
+                if now - unavailable_since > max_outage:
+                    yield reconnect_event(after)
+                    return
+                batch = []
+            else:
+                unavailable_since = None
             # One write per batch, not per event: a burst of deltas is one chunk on the wire.
             chunk = bytearray()
             for event in batch:
@@ -81,11 +160,11 @@ async def event_stream(
                     return
             if chunk:
                 yield bytes(chunk)
-            now = asyncio.get_running_loop().time()
+            now = loop.time()
             if batch:
                 quiet_since = now
                 continue
-            if closing:
+            if closing and unavailable_since is None:
                 # A run whose worker vanished never writes "done"; do not hang forever.
                 yield Event(id=after + 1, event="done", data={"status": "unknown"}).to_sse()
                 return
@@ -98,3 +177,9 @@ async def event_stream(
     except asyncio.CancelledError:
         logger.debug("SSE client went away at event %s", after)
         raise
+    except Exception:
+        # A broken body would leave the client guessing; end cleanly and let it come back.
+        logger.exception("the event stream of a run failed at event %s", after)
+        yield reconnect_event(after)
+    finally:
+        source.close()

@@ -70,9 +70,11 @@ def test_starting_a_run_without_redis_is_503_and_writes_nothing(
     assert not Conversation.objects.exists()
 
 
-def test_redis_dying_mid_run_fails_the_run_and_reaps_the_cli(
-    app_server: Any, alice: Any, private_redis: subprocess.Popen[bytes]
+def test_redis_gone_past_the_outage_limit_fails_the_run_and_reaps_the_cli(
+    app_server: Any, alice: Any, private_redis: subprocess.Popen[bytes], settings: Any
 ) -> None:
+    # A run holds its events through a shorter outage (tests/hardening/test_redis_outage.py).
+    settings.REDIS_OUTAGE_SECONDS = 3
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script(SLOW_TEXT))
@@ -86,7 +88,7 @@ def test_redis_dying_mid_run_fails_the_run_and_reaps_the_cli(
     wait_until(ended, timeout=30, what="the run to end")
     run = Run.objects.get(pk=started["run_id"])
     assert run.status == "failed"
-    assert run.error.startswith("Lost the connection to Redis")
+    assert run.error.startswith("Lost the connection to Redis (Redis was unreachable for more than 3 s)")
     wait_until(lambda: processes_in(workspace_path(project)) == [], timeout=10, what="the CLI to be reaped")
     # What this worker had streamed is kept, so the conversation can still be shown.
     wait_until(lambda: run.events.filter(event="session").exists(), timeout=20, what="streamed events kept")

@@ -17,6 +17,7 @@ class ListSource:
         self.events = events
         self._finished = finished
         self.waits: list[float] = []
+        self.closed = False
 
     async def next_batch(self, after: int, wait_seconds: float) -> list[Event]:
         self.waits.append(wait_seconds)
@@ -30,6 +31,9 @@ class ListSource:
 
     async def finished(self) -> bool:
         return self._finished
+
+    def close(self) -> None:
+        self.closed = True
 
 
 async def collect(source: ListSource, after: int = 0, heartbeat: float = 0.05) -> list[bytes]:
