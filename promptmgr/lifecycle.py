@@ -19,11 +19,14 @@ async def on_startup() -> None:
     from core.redis import load_instance_uid
     from promptmgr.markdown import start_renderer
     from promptmgr.recovery import recover_orphaned_runs, start_sweeper
+    from promptmgr.services.git_workspace import clones_recover_interrupted
 
     # Before anything touches Redis: every key carries this database's instance id.
     await sync_to_async(load_instance_uid)()
     start_renderer()
     await sync_to_async(recover_orphaned_runs)()
+    # Clones a stopped worker left in "cloning" past their time limit become retryable.
+    await sync_to_async(clones_recover_interrupted)()
     # After the recovery: the secrets of runs it just failed go too.
     await sync_to_async(sweep_stale_secrets)()
     start_sweeper()

@@ -10,6 +10,12 @@ Schemas check types and the allowed values of ``engine`` and ``permission_mode``
 service checks the domain rules, so the API, the pages and the admin give the same
 messages. Both kinds of failure answer 422 with the API's error body, whose ``errors``
 lists ``{"loc", "msg", "type"}`` per field (``promptmgr.api``).
+
+A project with a ``git_url`` is cloned in the background: ``workspace_status`` is
+``cloning``, then ``ready`` or ``failed`` (``workspace_error`` says why). A URL over a
+scheme the server does not allow, or git's ``ext::``/``fd::`` transports, answer 422
+before git runs. ``git_token`` and ``git_ssh_key`` are write-only; the output shows only
+``git_secret_kind``. Only staff may set ``worktree_setup_command`` (403).
 """
 
 from __future__ import annotations
@@ -23,12 +29,14 @@ from pydantic import field_validator
 
 from core.schemas import errors
 from promptmgr.models import PermissionRule, Project
+from promptmgr.services.git_workspace import workspace_retry
 from promptmgr.services.projects import (
     permission_rule_delete,
     project_create,
     project_for_user,
     project_update,
 )
+from promptmgr.services.worktrees import project_disk_usage
 
 router = Router()
 
@@ -39,6 +47,17 @@ PermissionModeName = Literal["default", "acceptEdits", "plan", "bypassPermission
 class ProjectIn(Schema):
     name: str = Field(max_length=200)
     context: str = ""
+GIT_URL_HELP = "Repository to clone (schemes allowed by WORKSPACE_GIT_SCHEMES); empty: a fresh repository."
+GIT_TOKEN_HELP = "Access token for an https URL; write-only, stored encrypted. Empty string: remove it."
+GIT_SSH_KEY_HELP = (
+    "Deploy key (private key) for an ssh URL; write-only, stored encrypted. Empty string: remove it."
+)
+COPY_GLOBS_HELP = (
+    "Git-ignored files copied from the main checkout into each new worktree, one pattern a line."
+)
+SETUP_HELP = "Shell command run once in each new worktree before Claude starts (staff only)."
+
+
     engine: EngineName = "cli"
     ask_user_enabled: bool = True
     ask_user_timeout: int | None = Field(
@@ -49,6 +68,12 @@ class ProjectIn(Schema):
 
 
 class ProjectPatch(Schema):
+    git_url: str = Field("", max_length=1000, description=GIT_URL_HELP)
+    git_ref: str = Field("", max_length=255, description="Branch or tag to start from; empty: the default.")
+    git_token: str | None = Field(None, max_length=10_000, description=GIT_TOKEN_HELP)
+    git_ssh_key: str | None = Field(None, max_length=20_000, description=GIT_SSH_KEY_HELP)
+    worktree_copy_globs: str = Field("", max_length=5000, description=COPY_GLOBS_HELP)
+    worktree_setup_command: str = Field("", max_length=5000, description=SETUP_HELP)
     """Only the fields sent are changed; ``null`` is a value, refused by validation."""
 
     name: str | None = Field(None, max_length=200)
@@ -61,6 +86,12 @@ class ProjectPatch(Schema):
 
     @field_validator("*", mode="before")
     @classmethod
+    git_url: str | None = Field(None, max_length=1000, description="Only while the clone has failed.")
+    git_ref: str | None = Field(None, max_length=255, description="Only while the clone has failed.")
+    git_token: str | None = Field(None, max_length=10_000, description=GIT_TOKEN_HELP)
+    git_ssh_key: str | None = Field(None, max_length=20_000, description=GIT_SSH_KEY_HELP)
+    worktree_copy_globs: str | None = Field(None, max_length=5000, description=COPY_GLOBS_HELP)
+    worktree_setup_command: str | None = Field(None, max_length=5000, description=SETUP_HELP)
     def _refuse_null(cls, value: Any) -> Any:
         # Defaults are not validated, so only an explicit null reaches this.
         if value is None:
@@ -80,6 +111,14 @@ class ProjectOut(Schema):
     owner: str
     is_owner: bool
     created_at: datetime
+    git_url: str
+    git_ref: str
+    default_branch: str
+    workspace_status: str = Field(description="cloning, ready or failed")
+    workspace_error: str
+    git_secret_kind: str = Field(description='"", "token" or "ssh_key"; the secret itself is never shown')
+    worktree_copy_globs: str
+    worktree_setup_command: str
     updated_at: datetime
 
     @staticmethod
@@ -118,7 +157,7 @@ def get_project(request: HttpRequest, project_id: int) -> Any:
 
 @router.patch(
     "/{project_id}",
-    response={200: ProjectOut, **errors(401, 403, 404, 422)},
+    response={200: ProjectOut, **errors(401, 403, 404, 409, 422)},
     summary="Change some of a project's settings",
 )
 def patch_project(request: HttpRequest, project_id: int, payload: ProjectPatch) -> Any:
@@ -156,3 +195,39 @@ def delete_rule(request: HttpRequest, project_id: int, rule_id: int) -> Status[N
     project = project_for_user(user=request.user, project_id=project_id)
     permission_rule_delete(project=project, actor=request.user, rule_id=rule_id)
     return Status(204, None)
+
+
+class WorktreeDiskOut(Schema):
+    conversation_id: int
+    bytes: int
+
+
+class DiskUsageOut(Schema):
+    repository_bytes: int = Field(description="The repository and its main checkout")
+    worktrees: list[WorktreeDiskOut]
+    total_bytes: int
+
+
+@router.get(
+    "/{project_id}/disk-usage",
+    response={200: DiskUsageOut, **errors(401, 404, 422)},
+    summary="What the project's repository and its worktrees take on disk",
+)
+def disk_usage(request: HttpRequest, project_id: int) -> Any:
+    project = project_for_user(user=request.user, project_id=project_id)
+    usage = project_disk_usage(project)
+    return {
+        "repository_bytes": usage.repository_bytes,
+        "worktrees": [{"conversation_id": c, "bytes": b} for c, b in sorted(usage.worktrees.items())],
+        "total_bytes": usage.total_bytes,
+    }
+
+
+@router.post(
+    "/{project_id}/workspace/retry",
+    response={202: ProjectOut, **errors(401, 404, 409, 422)},
+    summary="Clone the repository again after its clone failed",
+)
+def retry_clone(request: HttpRequest, project_id: int) -> Any:
+    project = project_for_user(user=request.user, project_id=project_id)
+    return Status(202, workspace_retry(project=project))

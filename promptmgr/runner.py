@@ -44,6 +44,7 @@ from .processes import LineTimeout
 from .services import changes as run_changes
 from .services import run_state
 from .services.run_state import Outcome
+from .services.worktrees import setup_before_run as worktree_setup
 from .steering import RunInbox
 from .translate import translate
 from .workspaces import workspace_path, workspace_sync
@@ -198,6 +199,16 @@ class RunSupervisor:
         root = Path(ctx.run.workdir) if ctx.run.workdir else workspace_path(project)
         if not root.exists():
             await sync_to_async(workspace_sync)(project=project)
+        # A new worktree's setup command (e.g. npm ci) runs before Claude starts there.
+        failure = await worktree_setup(
+            worktree=root,
+            command=project.worktree_setup_command,
+            emit=self.emit,
+            stopping=lambda: self.stop_status is not None,
+            keep_alive=lambda: live.set_owner(self.run_id, WORKER_ID, ttl=OWNER_TTL),
+        )
+        if failure is not None:
+            return Outcome(status=RunStatus.FAILED, error=failure)
         # The worktree's state before Claude touches it: the run's changes are diffed against it.
         await run_changes.record_start(self.run_id, root)
         start = ENGINES.get(ctx.run.engine, cli_engine.start_turn)

@@ -25,8 +25,10 @@ from promptmgr.models import (
     PermissionRule,
     Project,
     Run,
+    WorkspaceStatus,
 )
-from promptmgr.workspaces import workspace_path, workspace_sync
+from promptmgr.services import git_workspace
+from promptmgr.workspaces import workspace_path, workspace_sync, worktrees_path
 
 NAME_REQUIRED = "Give the project a name."
 ENGINE_INVALID = "Engine must be one of: " + ", ".join(Engine.values) + "."
@@ -54,10 +56,32 @@ BYPASS_STAFF_ONLY = (
     "server without asking. Ask an administrator, or choose another permission mode."
 )
 
-# What project_update may change; ownership and membership are managed elsewhere.
-UPDATABLE_FIELDS = frozenset(
-    {"name", "context", "engine", "ask_user_enabled", "ask_user_timeout", "permission_mode", "model"}
+SETUP_STAFF_ONLY = (
+    "Only staff can set a setup command: it runs on the server, outside Claude's sandbox, "
+    "in every new worktree. Ask an administrator."
 )
+COPY_GLOB_INVALID = "“{pattern}” is not a path pattern inside the repository (no “..”, not absolute)."
+
+# What project_update may change; ownership and membership are managed elsewhere.
+# git_token and git_ssh_key are write-only: stored encrypted, never shown.
+UPDATABLE_FIELDS = frozenset(
+    {
+        "name",
+        "context",
+        "engine",
+        "ask_user_enabled",
+        "ask_user_timeout",
+        "permission_mode",
+        "model",
+        "git_url",
+        "git_ref",
+        "git_token",
+        "git_ssh_key",
+        "worktree_copy_globs",
+        "worktree_setup_command",
+    }
+)
+GIT_FIELDS = frozenset({"git_url", "git_ref", "git_token", "git_ssh_key"})
 
 
 class ProjectNotFound(NotFound, Http404):
@@ -113,8 +137,35 @@ def project_validate(project: Project) -> None:
     except ValidationError as exc:
         for field, messages in exc.message_dict.items():
             errors.setdefault(field, []).extend(messages)
+    project.git_url, project.git_ref = project.git_url.strip(), project.git_ref.strip()
+    for field, messages in git_workspace.git_fields_errors(
+        git_url=project.git_url, git_ref=project.git_ref
+    ).items():
+        errors.setdefault(field, []).extend(messages)
+    for pattern in project.worktree_copy_globs.splitlines():
+        pattern = pattern.strip()
+        if pattern and (pattern.startswith("/") or ".." in pattern.split("/") or "\0" in pattern):
+            errors.setdefault("worktree_copy_globs", []).append(COPY_GLOB_INVALID.format(pattern=pattern))
     if errors:
         raise ValidationError(errors)
+
+
+def _check_setup_allowed(*, actor: Any, command: str, previous: str) -> None:
+    """A setup command runs as the server's user, unsandboxed: staff decide that."""
+    if command.strip() != previous.strip() and command.strip() and not getattr(actor, "is_staff", False):
+        raise ModeNotAllowed(SETUP_STAFF_ONLY)
+
+
+def _apply_secret(project: Project, *, git_token: str | None, git_ssh_key: str | None) -> bool:
+    """Store a token or key given on create/update (encrypted); returns whether one was given."""
+    try:
+        secret = git_workspace.secret_fields(git_token=git_token, git_ssh_key=git_ssh_key)
+    except ValueError as exc:
+        raise ValidationError({"git_token": [str(exc)]}) from None
+    if secret is None:
+        return False
+    project.git_secret_kind, project.git_secret = secret
+    return True
 
 
 def _save_and_sync(project: Project) -> Project:
@@ -135,8 +186,15 @@ def project_create(
     ask_user_timeout: int | None = None,
     permission_mode: str = PermissionMode.ACCEPT_EDITS,
     model: str = "",
+    git_url: str = "",
+    git_ref: str = "",
+    git_token: str | None = None,
+    git_ssh_key: str | None = None,
+    worktree_copy_globs: str = "",
+    worktree_setup_command: str = "",
 ) -> Project:
-    """Create a project owned by ``owner`` and generate its workspace.
+    """Create a project owned by ``owner`` and start its workspace: a clone of ``git_url``
+    in the background (``workspace_status`` is ``cloning`` meanwhile), or a fresh repository.
 
     ``ask_user_timeout=None`` takes the server default (``ASK_USER_DEFAULT_TIMEOUT``).
     """
@@ -148,12 +206,23 @@ def project_create(
         ask_user_enabled=ask_user_enabled,
         permission_mode=permission_mode,
         model=model,
+        git_url=git_url,
+        git_ref=git_ref,
+        worktree_copy_globs=worktree_copy_globs,
+        worktree_setup_command=worktree_setup_command,
     )
     if ask_user_timeout is not None:
         project.ask_user_timeout = ask_user_timeout
     project_validate(project)
+    if (git_token or git_ssh_key) and not project.git_url:
+        raise ValidationError({"git_url": [git_workspace.MSG_SECRET_WITHOUT_URL]})
+    _apply_secret(project, git_token=git_token, git_ssh_key=git_ssh_key)
     _check_mode_allowed(actor=owner, permission_mode=project.permission_mode, previous_mode=None)
-    return _save_and_sync(project)
+    _check_setup_allowed(actor=owner, command=worktree_setup_command, previous="")
+    project.workspace_status = WorkspaceStatus.CLONING if project.git_url else WorkspaceStatus.READY
+    _save_and_sync(project)
+    git_workspace.workspace_start(project)
+    return project
 
 
 def project_update(*, project: Project, actor: Any = None, **fields: Any) -> Project:
@@ -166,19 +235,31 @@ def project_update(*, project: Project, actor: Any = None, **fields: Any) -> Pro
     unknown = set(fields) - UPDATABLE_FIELDS
     if unknown:
         raise TypeError(f"project_update() cannot change {', '.join(sorted(unknown))}")
-    previous_mode = project.permission_mode
+    previous_mode, previous_setup = project.permission_mode, project.worktree_setup_command
+    repository = (project.git_url, project.git_ref)
+    git_token, git_ssh_key = fields.pop("git_token", None), fields.pop("git_ssh_key", None)
     for field, value in fields.items():
         setattr(project, field, value)
     try:
         project_validate(project)
+        moved = (project.git_url.strip(), project.git_ref.strip()) != repository
+        if moved and project.workspace_status != WorkspaceStatus.FAILED:
+            # Only a clone that failed may be pointed elsewhere; worktrees hang off the repository.
+            raise Conflict(git_workspace.MSG_REPOSITORY_FIXED, code="repository_fixed")
+        secret_given = _apply_secret(project, git_token=git_token, git_ssh_key=git_ssh_key)
         if actor is not None:
             _check_mode_allowed(
                 actor=actor, permission_mode=project.permission_mode, previous_mode=previous_mode
             )
-    except (ValidationError, ModeNotAllowed):
+            _check_setup_allowed(actor=actor, command=project.worktree_setup_command, previous=previous_setup)
+    except (ValidationError, ModeNotAllowed, Conflict):
         project.refresh_from_db()
         raise
-    return _save_and_sync(project)
+    _save_and_sync(project)
+    if project.workspace_status == WorkspaceStatus.FAILED and project.git_url and (moved or secret_given):
+        # A failed clone with a new URL, ref or credentials is tried again at once.
+        git_workspace.workspace_retry(project=project)
+    return project
 
 
 def project_for_user(*, user: Any, project_id: int) -> Project:
@@ -238,8 +319,9 @@ def project_delete(*, project: Project, actor: Any) -> None:
     _check_owner(project=project, actor=actor)
     if Run.objects.active().filter(conversation__project=project).exists():
         raise Conflict(DELETE_RUN_ACTIVE, code="run_active")
-    directory = workspace_path(project)
+    directory, worktrees = workspace_path(project), worktrees_path(project)
     with transaction.atomic():
         project.delete()
     # After the commit: a failed delete must not leave a project without its files.
     shutil.rmtree(directory, ignore_errors=True)
+    shutil.rmtree(worktrees, ignore_errors=True)

@@ -18,7 +18,8 @@ from core.events import Event
 from core.redis import get_async_redis
 from promptmgr import live, runner
 from promptmgr.models import Conversation, Project, Run, RunEvent, RunStatus
-from promptmgr.workspaces import workspace_path
+from promptmgr.services.git_workspace import workspace_require_ready
+from promptmgr.services.worktrees import conversation_worktree_ensure
 
 logger = logging.getLogger(__name__)
 
@@ -64,24 +65,38 @@ def _create_run(*, user: Any, project_id: int, prompt: str, conversation_id: int
     if len(text) > MAX_PROMPT_CHARS:
         raise Invalid(MSG_LONG_PROMPT, code="prompt_too_long")
     project = project_visible(user=user, project_id=project_id)
-    with transaction.atomic():
+    workspace_require_ready(project)
+    if conversation_id is None:
+        conversation = Conversation.objects.create(project=project, user=user, title=text[:80])
+    else:
+        found = Conversation.objects.filter(pk=conversation_id, project=project).first()
+        if found is None:
+            raise NotFound(MSG_NOT_FOUND)
+        conversation = found
+        if conversation.runs.active().exists():
+            raise Conflict(MSG_CONVERSATION_BUSY, code="conversation_busy")
+    conversation.project = project
+    # Outside the transaction: git may take a while on a large repository, and the
+    # database must not stay locked meanwhile.
+    try:
+        workdir = conversation_worktree_ensure(conversation)
+    except Conflict:
         if conversation_id is None:
-            conversation = Conversation.objects.create(project=project, user=user, title=text[:80])
-        else:
-            found = (
-                Conversation.objects.select_for_update().filter(pk=conversation_id, project=project).first()
-            )
-            if found is None:
-                raise NotFound(MSG_NOT_FOUND)
-            conversation = found
-            if conversation.runs.active().exists():
-                raise Conflict(MSG_CONVERSATION_BUSY, code="conversation_busy")
+            conversation.delete()
+        raise
+    with transaction.atomic():
+        # Locked and checked again: another prompt may have started a run meanwhile.
+        locked = Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
+        if locked is None:
+            raise NotFound(MSG_NOT_FOUND)
+        if conversation_id is not None and locked.runs.active().exists():
+            raise Conflict(MSG_CONVERSATION_BUSY, code="conversation_busy")
         return Run.objects.create(
-            conversation=conversation,
+            conversation=locked,
             user=user,
             engine=project.engine,
             prompt=text,
-            workdir=str(workspace_path(project)),
+            workdir=str(workdir),
         )
 
 

@@ -68,7 +68,7 @@ def test_the_next_prompt_continues_the_same_conversation(open_chat: OpenChat, al
 
 def test_tool_calls_are_compact_and_expand_to_input_and_result(open_chat: OpenChat, alice: Any) -> None:
     project = make_project(owner=alice, context="Use tabs, never spaces.")
-    claude_md = str(workspace_path(project) / "CLAUDE.md")
+    claude_md = str(workspace_path(project) / "CLAUDE.local.md")
     page = open_chat(project)
 
     send_prompt(

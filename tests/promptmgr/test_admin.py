@@ -132,7 +132,7 @@ def test_change_form_save_regenerates_claude_md(admin_client: Client, alice: Any
     )
 
     assert response.status_code == 302
-    assert "new instructions" in (workspace_path(project) / "CLAUDE.md").read_text()
+    assert "new instructions" in (workspace_path(project) / "CLAUDE.local.md").read_text()
 
 
 @pytest.mark.parametrize(

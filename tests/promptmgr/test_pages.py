@@ -95,7 +95,7 @@ def test_create_form_makes_a_project_and_opens_it(client_for: ClientFor, alice: 
     assert response.status_code == 302
     assert response["Location"] == f"/projects/{project.pk}/"
     assert (project.name, project.owner, project.engine) == ("Beta", alice, "sdk")
-    assert "Use tabs." in (workspace_path(project) / "CLAUDE.md").read_text()
+    assert "Use tabs." in (workspace_path(project) / "CLAUDE.local.md").read_text()
     page = client.get(response["Location"]).content.decode()
     assert "Beta" in page
     assert "Project “Beta” created." in page

@@ -28,7 +28,7 @@ def test_create_uses_the_server_default_timeout(alice: Any, settings: Any) -> No
     project = project_create(owner=alice, name="Alpha")
 
     assert project.ask_user_timeout == 120
-    assert (workspace_path(project) / "CLAUDE.md").exists()
+    assert (workspace_path(project) / "CLAUDE.local.md").exists()
 
 
 @pytest.mark.parametrize("timeout", [30, 900])

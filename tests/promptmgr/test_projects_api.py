@@ -80,6 +80,14 @@ def test_owner_gets_every_field(client_for: ClientFor, project: Project, alice: 
         "ask_user_timeout": 300,
         "permission_mode": "acceptEdits",
         "model": "",
+        "git_url": "",
+        "git_ref": "",
+        "default_branch": "",
+        "workspace_status": "ready",
+        "workspace_error": "",
+        "git_secret_kind": "",
+        "worktree_copy_globs": "",
+        "worktree_setup_command": "",
         "owner": "alice",
         "is_owner": True,
         "created_at": None,
@@ -125,7 +133,7 @@ def test_create_makes_an_owned_project_with_its_workspace(client_for: ClientFor,
     project = Project.objects.get(pk=body["id"])
     assert project.owner == bob
     assert project.engine == "sdk"
-    assert "Use tabs." in (workspace_path(project) / "CLAUDE.md").read_text()
+    assert "Use tabs." in (workspace_path(project) / "CLAUDE.local.md").read_text()
 
 
 def test_create_takes_every_setting(client_for: ClientFor, alice: Any) -> None:
@@ -206,7 +214,7 @@ def test_owner_can_patch_some_fields_and_the_rest_stay(
     assert response.status_code == 200
     project.refresh_from_db()
     assert (project.ask_user_timeout, project.context, project.name) == (120, "Be thorough.", "Alpha")
-    assert "Be thorough." in (workspace_path(project) / "CLAUDE.md").read_text()
+    assert "Be thorough." in (workspace_path(project) / "CLAUDE.local.md").read_text()
 
 
 def test_member_can_patch_project_settings(client_for: ClientFor, project: Project, bob: Any) -> None:

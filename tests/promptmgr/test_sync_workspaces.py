@@ -35,10 +35,10 @@ def test_it_prints_each_created_file_and_a_summary(unsynced: Project) -> None:
     assert sorted(lines[:-1]) == [
         f"created {root / '.claude' / 'settings.local.json'}",
         f"created {root / '.mcp.json'}",
-        f"created {root / 'CLAUDE.md'}",
+        f"created {root / 'CLAUDE.local.md'}",
     ]
     assert lines[-1] == "3 file(s) changed in 1 project(s)"
-    assert (root / "CLAUDE.md").exists()
+    assert (root / "CLAUDE.local.md").exists()
 
 
 def test_a_second_run_changes_nothing(unsynced: Project) -> None:
@@ -72,7 +72,7 @@ def test_dry_run_reports_and_writes_nothing(unsynced: Project) -> None:
     assert sorted(lines[:-1]) == [
         f"would create {root / '.claude' / 'settings.local.json'}",
         f"would create {root / '.mcp.json'}",
-        f"would create {root / 'CLAUDE.md'}",
+        f"would create {root / 'CLAUDE.local.md'}",
     ]
     assert lines[-1] == "3 file(s) would change in 1 project(s) (dry run, nothing written)"
     assert not root.exists()
@@ -95,7 +95,7 @@ def test_unknown_project_is_a_command_error(unsynced: Project) -> None:
 
 def test_verbosity_zero_prints_nothing_but_still_syncs(unsynced: Project) -> None:
     assert _run("--verbosity", "0") == []
-    assert (workspace_path(unsynced) / "CLAUDE.md").exists()
+    assert (workspace_path(unsynced) / "CLAUDE.local.md").exists()
 
 
 def test_verbosity_two_names_projects_that_are_up_to_date(unsynced: Project) -> None:

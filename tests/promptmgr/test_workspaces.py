@@ -1,4 +1,4 @@
-"""The files each project's workspace gets: CLAUDE.md and the ask-user MCP registration."""
+"""The files each project's workspace gets: CLAUDE.local.md and the ask-user MCP registration."""
 
 from __future__ import annotations
 
@@ -42,14 +42,14 @@ def unsynced(alice: Any) -> Project:
 def test_claude_md_holds_the_project_context(unsynced: Project) -> None:
     workspace_sync(project=unsynced)
 
-    text = (workspace_path(unsynced) / "CLAUDE.md").read_text()
+    text = (workspace_path(unsynced) / "CLAUDE.local.md").read_text()
     assert text == CLAUDE_MD_HEADER + "\nWrite tests first.\n"
 
 
 def test_empty_context_gives_a_claude_md_with_only_the_header(alice: Any) -> None:
     project = make_project(owner=alice, context="")
 
-    assert (workspace_path(project) / "CLAUDE.md").read_text() == CLAUDE_MD_HEADER
+    assert (workspace_path(project) / "CLAUDE.local.md").read_text() == CLAUDE_MD_HEADER
 
 
 def test_cli_project_registers_and_allows_the_ask_user_server(unsynced: Project) -> None:
@@ -61,7 +61,7 @@ def test_cli_project_registers_and_allows_the_ask_user_server(unsynced: Project)
     assert sorted(str(c.path.relative_to(root)) for c in changes) == [
         ".claude/settings.local.json",
         ".mcp.json",
-        "CLAUDE.md",
+        "CLAUDE.local.md",
     ]
     assert {c.action for c in changes} == {"created"}
 
@@ -194,7 +194,7 @@ def test_writes_leave_no_temporary_files(unsynced: Project) -> None:
     project_update(project=unsynced, context="Changed")
 
     root = workspace_path(unsynced)
-    assert sorted(_files(root)) == [".claude/settings.local.json", ".mcp.json", "CLAUDE.md"]
+    assert sorted(_files(root)) == [".claude/settings.local.json", ".mcp.json", "CLAUDE.local.md"]
 
 
 def test_a_failed_write_keeps_the_old_file_and_no_temporary_file(
@@ -220,8 +220,8 @@ def test_each_project_has_its_own_directory(alice: Any, bob: Any) -> None:
     second = make_project(owner=bob, context="second")
 
     assert workspace_path(first) != workspace_path(second)
-    assert "first" in (workspace_path(first) / "CLAUDE.md").read_text()
-    assert "second" in (workspace_path(second) / "CLAUDE.md").read_text()
+    assert "first" in (workspace_path(first) / "CLAUDE.local.md").read_text()
+    assert "second" in (workspace_path(second) / "CLAUDE.local.md").read_text()
 
 
 def test_file_changes_name_absolute_paths(unsynced: Project) -> None:
