@@ -8,6 +8,7 @@ an ``Authorization`` header — never in a URL, a log line or the browser.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -80,6 +81,7 @@ async def relay_session_open(
     _write_private(session.config_path, json.dumps(config))
     ttl = settings.RUN_MAX_DURATION + live.RELAY_TOKEN_TTL_GRACE
     await live.relay_token_store(run_id, hash_token(token), ttl=ttl)
+    _encoded_tokens[run_id] = EncodedToken.of(token)
     return session
 
 
@@ -91,6 +93,7 @@ async def relay_session_close(session: RelaySession) -> None:
 
 def remove_secrets(session: RelaySession) -> None:
     shutil.rmtree(session.directory, ignore_errors=True)
+    _encoded_tokens.pop(session.run_id, None)
 
 
 class RunEnded(Exception):
@@ -118,11 +121,60 @@ async def relay_token_run_id(token: str) -> int | None:
     return run_id
 
 
+# Characters a tool's output may put inside an encoded token: a line break (raw or escaped
+# in a JSON string, as ``base64`` wraps at 76 columns) or the spaces of a hex dump.
+_BREAK = rb"(?:\\[nr]|[\r\n \t])*"
+_BREAK_BYTES = b" \t\r\n"
+
+
+@dataclass(frozen=True)
+class EncodedToken:
+    """The hex and base64 spellings of one live relay token, found even when wrapped.
+
+    Base64 depends on where the token starts in the encoded data (its offset modulo 3):
+    for each offset, the characters made of the token's bits alone are the same whatever
+    surrounds it, so those are looked for.
+    """
+
+    needles: tuple[bytes, ...]
+    texts: tuple[str, ...]  # the same, as text (streamed deltas are text)
+    pattern: re.Pattern[bytes]
+
+    @classmethod
+    def of(cls, token: str) -> EncodedToken:
+        raw = token.encode()
+        needles = {raw.hex().encode(), raw.hex().upper().encode()}
+        for shift in range(3):
+            first = -(-shift * 8 // 6)  # the first character with no bit of what precedes
+            end = (shift + len(raw)) * 8 // 6  # past the last one with no bit of what follows
+            for encode in (base64.b64encode, base64.urlsafe_b64encode):
+                needles.add(encode(b"\0" * shift + raw)[first:end])
+        ordered = tuple(sorted(needles, key=len, reverse=True))
+        spelled = [_BREAK.join(re.escape(bytes([c])) for c in needle) for needle in ordered]
+        return cls(
+            needles=ordered, texts=tuple(n.decode() for n in ordered), pattern=re.compile(b"|".join(spelled))
+        )
+
+    def redact(self, data: bytes) -> bytes:
+        # The cheap test first, in C: the line without its breaks holds a spelling or not.
+        squeezed = data.translate(None, _BREAK_BYTES).replace(b"\\n", b"").replace(b"\\r", b"")
+        if not any(needle in squeezed for needle in self.needles):
+            return data
+        return self.pattern.sub(REDACTED, data)
+
+
+# Encodings of the relay tokens of this process's live runs (the runs whose output it reads).
+_encoded_tokens: dict[int, EncodedToken] = {}
+
+
 def redact_tokens(data: bytes) -> bytes:
-    """``data`` with every relay token replaced, so none reaches the browser or the database."""
-    if b"pmr_" not in data:  # the usual case, at the cost of one scan
-        return data
-    return _TOKEN_IN_TEXT_RE.sub(REDACTED, data)
+    """``data`` with every relay token replaced, so none reaches the browser or the database:
+    any token by its shape, and the live runs' tokens in hex and base64 too."""
+    if b"pmr_" in data:  # the token as such: one scan in the usual case
+        data = _TOKEN_IN_TEXT_RE.sub(REDACTED, data)
+    for encoded in list(_encoded_tokens.values()):
+        data = encoded.redact(data)
+    return data
 
 
 _TOKEN_IN_STR_RE = re.compile(_TOKEN_IN_TEXT_RE.pattern.decode())
@@ -145,16 +197,39 @@ class DeltaRedactor:
 
     def feed(self, block: tuple[object, object], text: str) -> str:
         """The part of ``text`` (after what was held for ``block``) that is safe to show now."""
-        text = _TOKEN_IN_STR_RE.sub(REDACTED.decode(), self._held.pop(block, "") + text)
-        start = _TOKEN_START_RE.search(text)
-        if start is None or len(text) - start.start() > MAX_HELD_CHARS:
+        text = _redact_text(self._held.pop(block, "") + text)
+        starts = [len(text)]
+        if (found := _TOKEN_START_RE.search(text)) is not None:
+            starts.append(found.start())
+        # The start of a live token's hex or base64 spelling that the next delta may complete.
+        starts += [_partial_start(text, needle) for encoded in _live_encodings() for needle in encoded.texts]
+        start = min(starts)
+        if start == len(text) or len(text) - start > MAX_HELD_CHARS:
             return text
-        self._held[block] = text[start.start() :]
-        return text[: start.start()]
+        self._held[block] = text[start:]
+        return text[:start]
 
     def flush(self) -> list[tuple[tuple[object, object], str]]:
         held, self._held = self._held, {}
-        return [(block, _TOKEN_IN_STR_RE.sub(REDACTED.decode(), text)) for block, text in held.items()]
+        return [(block, _redact_text(text)) for block, text in held.items()]
+
+
+def _live_encodings() -> list[EncodedToken]:
+    return list(_encoded_tokens.values())
+
+
+def _redact_text(text: str) -> str:
+    return redact_tokens(text.encode()).decode("utf-8", "replace")
+
+
+def _partial_start(text: str, needle: str) -> int:
+    """Where ``text`` ends with the beginning of ``needle`` (len(text) when it does not)."""
+    position = text.find(needle[0], max(0, len(text) - len(needle) + 1))
+    while position != -1:
+        if needle.startswith(text[position:]):
+            return position
+        position = text.find(needle[0], position + 1)
+    return len(text)
 
 
 def sweep_stale_secrets() -> int:
