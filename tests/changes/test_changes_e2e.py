@@ -1,0 +1,126 @@
+"""Run changes end to end: the real CLI (driven by the scripted model) Reads and Edits a
+file in acceptEdits mode, and the app records, shows and reverts what it changed.
+
+The project's workspace is made a git repository by the test; the run works wherever the
+app puts it (``Run.workdir``: the conversation's worktree), so every check reads there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptmgr.models import Run
+from promptmgr.services import changes
+from promptmgr.workspaces import workspace_path
+from tests.changes.support import make_repo, run_git, status
+from tests.conftest import LiveServer
+from tests.helpers import login_client, make_project, read_sse, script, start_run
+
+pytestmark = pytest.mark.e2e
+
+READ = {"tool_use": {"name": "Read", "input": {"file_path": "README.md"}}}
+
+
+def edit(old: str, new: str) -> dict[str, Any]:
+    return {
+        "tool_use": {
+            "name": "Edit",
+            "input": {"file_path": "README.md", "old_string": old, "new_string": new},
+        }
+    }
+
+
+def workdir_of(started: dict[str, Any]) -> Path:
+    return Path(Run.objects.get(pk=started["run_id"]).workdir)
+
+
+def git_project(owner: Any, **fields: Any) -> tuple[Any, Path]:
+    """A project whose workspace is a git repository holding README.md; the generated files
+    are excluded from git, as they are in every worktree."""
+    project = make_project(owner=owner, permission_mode="acceptEdits", **fields)
+    root = workspace_path(project)
+    generated = sorted(p.name for p in root.iterdir())
+    make_repo(root, {"README.md": "# Demo\nstatus: draft\n"}, ignore="")
+    (root / ".git" / "info" / "exclude").write_text("\n".join(generated) + "\n")
+    run_git(root, "rm", "-q", "-r", "--cached", *generated)
+    run_git(root, "commit", "-q", "-m", "generated files are not the repository's")
+    return project, root
+
+
+def test_a_run_that_edits_readme_gives_changes_a_diff_the_new_content_and_reverts(
+    app_server: LiveServer, alice: Any, bob: Any
+) -> None:
+    project, root = git_project(alice)
+    client = login_client(app_server, "alice", "alice-password")
+    started = start_run(
+        client, project.pk, script(READ, edit("status: draft", "status: final"), {"text": "Done."})
+    )
+
+    events = read_sse(client, started["events_url"])
+
+    assert events[-1].data == {"status": "completed"}
+    [changed] = [e for e in events if e.event == "changes"]
+    assert changed.data["files"] == [
+        {
+            "path": "README.md",
+            "status": "modified",
+            "additions": 1,
+            "deletions": 1,
+            "binary": False,
+            "collapsed": None,
+        }
+    ]
+    # Shown after a reload too: the event is in the stored history.
+    history = client.get(f"/api/conversations/{started['conversation_id']}").json()
+    assert "changes" in [e["event"] for e in history["runs"][0]["events"]]
+
+    diff = client.get(f"/api/runs/{started['run_id']}/changes").json()
+    assert "-status: draft\n+status: final\n" in diff["diff"]
+    content = client.get(
+        f"/api/conversations/{started['conversation_id']}/files/content", params={"path": "README.md"}
+    ).json()
+    assert content["content"] == "# Demo\nstatus: final\n"
+
+    stranger = login_client(app_server, "bob", "bob-password")
+    assert stranger.get(f"/api/runs/{started['run_id']}/changes").status_code == 404
+    assert stranger.post(f"/api/runs/{started['run_id']}/revert").status_code == 404
+    for path in ("../../../etc/passwd", "/etc/passwd", ".git/config"):
+        response = client.get(
+            f"/api/conversations/{started['conversation_id']}/files/content", params={"path": path}
+        )
+        assert response.status_code == 404, path
+
+    workdir = workdir_of(started)
+    assert (workdir / "README.md").read_text() == "# Demo\nstatus: final\n"
+    reverted = client.post(f"/api/runs/{started['run_id']}/revert")
+    assert reverted.status_code == 200, reverted.text
+    assert (workdir / "README.md").read_text() == "# Demo\nstatus: draft\n"
+    assert status(workdir) == ""
+    assert (root / "README.md").read_text() == "# Demo\nstatus: draft\n"
+
+
+def test_revert_is_409_after_a_later_run_changed_the_same_file(app_server: LiveServer, alice: Any) -> None:
+    project, _root = git_project(alice)
+    client = login_client(app_server, "alice", "alice-password")
+    first = start_run(client, project.pk, script(READ, edit("draft", "review"), {"text": "1"}))
+    read_sse(client, first["events_url"])
+    second = start_run(
+        client, project.pk, script(READ, edit("review", "final"), {"text": "2"}), first["conversation_id"]
+    )
+    read_sse(client, second["events_url"])
+    readme = workdir_of(second) / "README.md"
+    assert readme.read_text() == "# Demo\nstatus: final\n"
+
+    blocked = client.post(f"/api/runs/{first['run_id']}/revert")
+
+    assert blocked.status_code == 409
+    assert blocked.json()["detail"] == changes.MSG_CHANGED_AGAIN.format(
+        run_id=second["run_id"], paths="README.md"
+    )
+    assert readme.read_text() == "# Demo\nstatus: final\n"
+    assert client.post(f"/api/runs/{second['run_id']}/revert").status_code == 200
+    assert client.post(f"/api/runs/{first['run_id']}/revert").status_code == 200
+    assert readme.read_text() == "# Demo\nstatus: draft\n"
