@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
+
+from promptmgr.workspaces import workspace_path
+from tests.helpers import make_project
 
 IDENTITY = ["-c", "user.name=Tester", "-c", "user.email=tester@example.com"]
 
@@ -31,3 +35,30 @@ def make_repo(path: Path, files: dict[str, str] | None = None, *, ignore: str = 
 def status(repo: Path) -> str:
     """``git status --porcelain``: what a person running git in the worktree would see."""
     return run_git(repo, "status", "--porcelain", "--untracked-files=all")
+
+
+# Steps for the scripted model: Claude reads README.md, then edits it (relative paths: the
+# CLI works in the run's folder, wherever the app puts it).
+READ = {"tool_use": {"name": "Read", "input": {"file_path": "README.md"}}}
+
+
+def edit(old: str, new: str) -> dict[str, Any]:
+    return {
+        "tool_use": {
+            "name": "Edit",
+            "input": {"file_path": "README.md", "old_string": old, "new_string": new},
+        }
+    }
+
+
+def git_project(owner: Any, **fields: Any) -> tuple[Any, Path]:
+    """A project whose workspace is a git repository holding README.md; the generated files
+    are excluded from git, as they are in every worktree."""
+    project = make_project(owner=owner, permission_mode="acceptEdits", **fields)
+    root = workspace_path(project)
+    generated = sorted(p.name for p in root.iterdir())
+    make_repo(root, {"README.md": "# Demo\nstatus: draft\n"}, ignore="")
+    (root / ".git" / "info" / "exclude").write_text("\n".join(generated) + "\n")
+    run_git(root, "rm", "-q", "-r", "--cached", *generated)
+    run_git(root, "commit", "-q", "-m", "generated files are not the repository's")
+    return project, root

@@ -14,40 +14,15 @@ import pytest
 
 from promptmgr.models import Run
 from promptmgr.services import changes
-from promptmgr.workspaces import workspace_path
-from tests.changes.support import make_repo, run_git, status
+from tests.changes.support import READ, edit, git_project, status
 from tests.conftest import LiveServer
-from tests.helpers import login_client, make_project, read_sse, script, start_run
+from tests.helpers import login_client, read_sse, script, start_run
 
 pytestmark = pytest.mark.e2e
-
-READ = {"tool_use": {"name": "Read", "input": {"file_path": "README.md"}}}
-
-
-def edit(old: str, new: str) -> dict[str, Any]:
-    return {
-        "tool_use": {
-            "name": "Edit",
-            "input": {"file_path": "README.md", "old_string": old, "new_string": new},
-        }
-    }
 
 
 def workdir_of(started: dict[str, Any]) -> Path:
     return Path(Run.objects.get(pk=started["run_id"]).workdir)
-
-
-def git_project(owner: Any, **fields: Any) -> tuple[Any, Path]:
-    """A project whose workspace is a git repository holding README.md; the generated files
-    are excluded from git, as they are in every worktree."""
-    project = make_project(owner=owner, permission_mode="acceptEdits", **fields)
-    root = workspace_path(project)
-    generated = sorted(p.name for p in root.iterdir())
-    make_repo(root, {"README.md": "# Demo\nstatus: draft\n"}, ignore="")
-    (root / ".git" / "info" / "exclude").write_text("\n".join(generated) + "\n")
-    run_git(root, "rm", "-q", "-r", "--cached", *generated)
-    run_git(root, "commit", "-q", "-m", "generated files are not the repository's")
-    return project, root
 
 
 def test_a_run_that_edits_readme_gives_changes_a_diff_the_new_content_and_reverts(
