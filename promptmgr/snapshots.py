@@ -31,15 +31,20 @@ GIT_TIMEOUT = 120  # seconds; a snapshot of a huge tree may hash for a while
 SNAPSHOT_MESSAGE = "PromptManager snapshot"
 PM_IDENTITY = ("PromptManager", "promptmanager@localhost")
 # Config that could make a git call run code or talk to a terminal, switched off per call.
-SAFE_CONFIG = (
-    "-c",
-    "core.hooksPath=/dev/null",
-    "-c",
-    "core.fsmonitor=false",
-    "-c",
-    "core.quotePath=false",
-    "-c",
-    "commit.gpgSign=false",
+SAFE_CONFIG = tuple(
+    part
+    for setting in (
+        "core.hooksPath=/dev/null",
+        "core.fsmonitor=false",
+        "core.askPass=",
+        "credential.helper=",
+        "commit.gpgSign=false",
+        "core.quotePath=false",
+        # No housekeeping left running in the background after a command returns.
+        "gc.auto=0",
+        "maintenance.auto=false",
+    )
+    for part in ("-c", setting)
 )
 STATUS_NAMES = {"A": "added", "D": "deleted", "M": "modified", "T": "modified"}
 NULL_OID = "0" * 40
