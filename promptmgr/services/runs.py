@@ -220,6 +220,8 @@ def conversation_history(conversation: Conversation) -> list[dict[str, Any]]:
                 "status": run.status,
                 "error": run.error,
                 "active": run.is_active,
+                # The changes card shows a reverted run as such (revert adds no event).
+                "reverted_at": run.reverted_at,
                 "events_url": f"/api/runs/{run.pk}/events",
                 "events": [{"id": e.id, "event": e.event, "data": e.data} for e in events],
             }

@@ -25,7 +25,7 @@ SLOW_REPLY = {"text": "Working on it. " * 40, "pace_ms": 500, "chunk_chars": 1}
 
 @pytest.fixture(autouse=True)
 def no_script_errors(page: Any) -> Iterator[None]:
-    """Any uncaught JavaScript error on the page fails the test."""
+    """Any uncaught JavaScript error on the page fails the test (as in tests/pages)."""
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     yield
@@ -76,9 +76,12 @@ def test_the_changes_card_opens_to_a_highlighted_diff_and_reverts(
     expect(card).to_have_class("changes-card is-reverted")
     assert (workdir / "README.md").read_text() == "# Demo\nstatus: draft\n"
 
-    # After a reload the card is shown again from the stored history.
+    # After a reload the card is shown again from the stored history, still reverted.
     page.reload()
-    expect(page.locator(".changes-card .changes-title")).to_have_text("Changed 1 file")
+    again = page.locator(".changes-card")
+    expect(again.locator(".changes-title")).to_have_text("Changed 1 file")
+    expect(again).to_have_class("changes-card is-reverted")
+    expect(again.locator(".changes-revert")).to_be_hidden()
 
 
 def test_the_file_browser_opens_a_file_from_the_chat(app_server: LiveServer, page: Any, alice: Any) -> None:

@@ -33,6 +33,7 @@ export class ConversationView {
     this.runs = new Map();
     this.streams = new Map();
     this.cards = new Map();
+    this.changesCards = new Map(); // run id → its changes card
     parts.cancel.addEventListener("click", () => this.cancel());
   }
 
@@ -54,6 +55,7 @@ export class ConversationView {
     }
     this.streams.clear();
     this.cards.clear();
+    this.changesCards.clear();
     this.runs.clear();
     this.id = null;
     this.parts.stream.replaceChildren(this.parts.welcome);
@@ -74,6 +76,7 @@ export class ConversationView {
     for (const record of detail.runs || []) {
       const run = this.addRun(record.run_id);
       for (const event of record.events || []) this.dispatch(run, event.event, event.id, event.data, false);
+      if (record.reverted_at) this.changesCards.get(record.run_id)?.markReverted();
       if (record.active) {
         run.status = record.status;
         this.follow(run, record.events_url);
@@ -244,6 +247,7 @@ export class ConversationView {
       revertUrl: this.config.revertUrl,
       filesUrl: this.filesUrl(),
     });
+    this.changesCards.set(run.runId, card);
     run.add(card.element);
   }
 
