@@ -7,6 +7,8 @@ app puts it (``Run.workdir``: the conversation's worktree), so every check reads
 
 from __future__ import annotations
 
+import io
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +61,21 @@ def test_a_run_that_edits_readme_gives_changes_a_diff_the_new_content_and_revert
     ).json()
     assert content["content"] == "# Demo\nstatus: final\n"
 
+    download = client.get(f"/api/conversations/{started['conversation_id']}/files/zip")
+    assert download.status_code == 200
+    assert download.headers["content-type"] == "application/zip"
+    assert download.headers["content-disposition"] == (
+        f'attachment; filename="conversation-{started["conversation_id"]}.zip"'
+    )
+    archive = zipfile.ZipFile(io.BytesIO(download.content))
+    assert archive.read("README.md") == b"# Demo\nstatus: final\n"
+    # Git's view of the worktree: the generated files (excluded from git) are not in it.
+    assert ".mcp.json" not in archive.namelist()
+
     stranger = login_client(app_server, "bob", "bob-password")
     assert stranger.get(f"/api/runs/{started['run_id']}/changes").status_code == 404
     assert stranger.post(f"/api/runs/{started['run_id']}/revert").status_code == 404
+    assert stranger.get(f"/api/conversations/{started['conversation_id']}/files/zip").status_code == 404
     for path in ("../../../etc/passwd", "/etc/passwd", ".git/config"):
         response = client.get(
             f"/api/conversations/{started['conversation_id']}/files/content", params={"path": path}
