@@ -34,6 +34,7 @@ from promptmgr.projects_api import router as projects_router
 from promptmgr.runs_api import router as runs_router
 
 MSG_NOT_JSON = "The request body is not valid JSON."
+MSG_NOT_OBJECT = "The request body must be a JSON object."
 MSG_NUL = "Text may not contain NUL characters (\\u0000)."
 MSG_TOO_LARGE = "The request body is larger than the {limit} bytes the server accepts."
 
@@ -57,6 +58,9 @@ class StrictParser(Parser):
             data = super().parse_body(request)
         except ValueError:  # not JSON, or not UTF-8
             raise Invalid(MSG_NOT_JSON, code="invalid_json") from None
+        # Every body of this API is an object; ninja would read a list as no fields at all.
+        if not isinstance(data, dict):
+            raise Invalid(MSG_NOT_OBJECT, code="invalid_json")
         if _has_nul(data):
             raise Invalid(MSG_NUL, code="nul_character")
         return data

@@ -1,0 +1,1 @@
+"""Hardening: bad input, Redis outages, stream footprint, start-up checks."""
