@@ -42,7 +42,7 @@ from promptmgr.models import (
 )
 from promptmgr.services import run_state
 
-from . import live, previews, services
+from . import live, policy, previews, services
 from .models import Decision, PermissionRequest, PermissionStatus, Question, QuestionSource
 
 logger = logging.getLogger(__name__)
@@ -220,6 +220,9 @@ async def permission_request_create(
             ("permission_request", _card(request, timeout)),
             ("run_status", {"status": RunStatus.WAITING_FOR_USER}),
         ],
+    )
+    policy.permission_consider(
+        run_id=run_id, request_id=request_id, tool_name=tool_name, tool_input=tool_input
     )
     return created
 

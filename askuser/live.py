@@ -189,3 +189,22 @@ async def answer_pop(question_id: str, *, wait_seconds: float) -> dict[str, Any]
 async def answer_taken(question_id: str) -> bool:
     """Whether a waiting side already popped this question's answer."""
     return bool(await get_async_redis().exists(answer_taken_key(question_id)))
+
+
+# Replaces the answer waiting in the hand-off unless a waiting side already took one.
+_REPLACE_UNLESS_TAKEN_LUA = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+return 1
+"""
+
+
+async def answer_replace_unless_taken(question_id: str, answer: dict[str, Any], *, ttl: int) -> bool:
+    """Swap the answer Claude has not taken yet for another (a member overrides the policy's);
+    False once it was taken."""
+    client = get_async_redis()
+    script = client.register_script(_REPLACE_UNLESS_TAKEN_LUA)
+    keys = [answer_key(question_id), answer_taken_key(question_id)]
+    return bool(await script(keys=keys, args=[encode_json(answer), ttl]))

@@ -25,7 +25,7 @@ from core.questions import AnswerIn, Card, CardSource, FormAnswer, Handoff, Ques
 from promptmgr.models import ACTIVE_RUN_STATUSES, Run, RunStatus
 from promptmgr.services import run_state
 
-from . import live
+from . import live, policy
 from .answers import AnswerError, normalize_answers
 from .models import PermissionRequest, Question, QuestionSource, QuestionStatus
 
@@ -109,6 +109,9 @@ async def question_create(
     await live.question_cache_put(run_id, payload, ttl=timeout + live.QUESTION_TTL_GRACE)
     await events.append_event(run_id, "run_status", {"status": RunStatus.WAITING_FOR_USER})
     await question_push_if_unshown(run_id=run_id)
+    policy.question_consider(
+        run_id=run_id, question_id=payload["question_id"], questions=payload["questions"]
+    )
     return payload
 
 
@@ -257,7 +260,11 @@ def _submit(question_id: str, user: Any, body: AnswerIn) -> tuple[Question, Form
 async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[str, Any]:
     """Record the first valid answer and hand it to the waiting Claude turn."""
     # One trip to the database thread: validation and the first-answer-wins update.
-    question, form = await sync_to_async(_submit)(question_id, user, body)
+    try:
+        question, form = await sync_to_async(_submit)(question_id, user, body)
+    except Conflict:
+        # An answer the policy gave can be replaced until Claude takes it (else 409 again).
+        return await policy.answer_override(question_id=question_id, user=user, body=body)
     remaining = max(1, int((question.expires_at - timezone.now()).total_seconds()))
     # The hand-off first: the waiting long-poll returns the moment this lands.
     await live.answer_push(question_id, form.handoff().model_dump(), ttl=remaining + live.QUESTION_TTL_GRACE)

@@ -243,6 +243,9 @@ ASK_USER_ENABLED = envbool("ASK_USER_ENABLED", "true")
 ASK_USER_DEFAULT_TIMEOUT = envint("ASK_USER_DEFAULT_TIMEOUT", "300", minimum=30, maximum=900)
 # How long poll-answer holds a request open before answering 202 "waiting".
 ASK_USER_LONG_POLL_SECONDS = envint("ASK_USER_LONG_POLL_SECONDS", "25", minimum=1, maximum=60)
+# Answering by policy (askuser.policy): the model its agent asks, and how long it may take.
+ANSWER_POLICY_MODEL = envstr("ANSWER_POLICY_MODEL", "claude-sonnet-5-5")
+ANSWER_POLICY_TIMEOUT = envint("ANSWER_POLICY_TIMEOUT", "60", minimum=5, maximum=600)
 
 RUN_MAX_DURATION = envint("RUN_MAX_DURATION", "3600", minimum=10, maximum=86400)
 RUN_IDLE_TIMEOUT = envint("RUN_IDLE_TIMEOUT", "600", minimum=5, maximum=86400)

@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from .scenarios import Reply, next_reply
+from .structured import is_structured, structured_text
 
 MODEL_NAME = "scripted-demo-model"
 
@@ -120,7 +121,8 @@ def create_app(*, pace_ms: float = 0.0, chunk_chars: int = 16, log_size: int = 2
     async def messages(request: Request) -> Response:
         body = await request.json()
         received.append(body)
-        reply = next_reply(body)
+        # A structured-output request (the answering-by-policy agent's) gets its JSON as text.
+        reply = Reply(text=structured_text(body)) if is_structured(body) else next_reply(body)
         if not body.get("stream"):
             return JSONResponse(_message(body, reply))
         pace = reply.pace_ms if reply.pace_ms is not None else pace_ms

@@ -20,6 +20,7 @@ from core.errors import Conflict, Forbidden, NotFound
 from promptmgr.models import (
     ASK_USER_TIMEOUT_MAX,
     ASK_USER_TIMEOUT_MIN,
+    AnswerPolicy,
     Engine,
     PermissionMode,
     PermissionRule,
@@ -42,6 +43,10 @@ SDK_BYPASS_REFUSED = (
     "mode or the CLI engine."
 )
 PROJECT_NOT_FOUND = "Project not found."
+POLICY_DELAY_TOO_LONG = (
+    "The policy's delay must be shorter than the ask-user timeout ({timeout} s), "
+    "or questions expire before the policy answers."
+)
 RULE_NOT_FOUND = "No such rule in this project."
 RULES_OWNER_ONLY = "Only the project's owner can remove an always-allow rule."
 NAME_TAKEN = "You already have a project named “{name}”. Choose another name."
@@ -79,6 +84,10 @@ UPDATABLE_FIELDS = frozenset(
         "git_ssh_key",
         "worktree_copy_globs",
         "worktree_setup_command",
+        "answer_policy",
+        "answer_policy_delay",
+        "answer_policy_instructions",
+        "answer_policy_permissions",
     }
 )
 GIT_FIELDS = frozenset({"git_url", "git_ref", "git_token", "git_ssh_key"})
@@ -132,6 +141,11 @@ def project_validate(project: Project) -> None:
     timeout = project.ask_user_timeout
     if isinstance(timeout, int) and not ASK_USER_TIMEOUT_MIN <= timeout <= ASK_USER_TIMEOUT_MAX:
         errors["ask_user_timeout"] = [TIMEOUT_OUT_OF_RANGE]
+    delay = project.answer_policy_delay
+    # With a delay as long as the timeout, questions would expire before the policy's turn.
+    auto = project.answer_policy == AnswerPolicy.AUTO
+    if auto and isinstance(delay, int) and isinstance(timeout, int) and delay >= timeout:
+        errors.setdefault("answer_policy_delay", []).append(POLICY_DELAY_TOO_LONG.format(timeout=timeout))
     try:
         project_check_engine_mode(engine=project.engine, permission_mode=project.permission_mode)
     except ValidationError as exc:
@@ -192,6 +206,10 @@ def project_create(
     git_ssh_key: str | None = None,
     worktree_copy_globs: str = "",
     worktree_setup_command: str = "",
+    answer_policy: str = AnswerPolicy.OFF,
+    answer_policy_delay: int = 30,
+    answer_policy_instructions: str = "",
+    answer_policy_permissions: bool = False,
 ) -> Project:
     """Create a project owned by ``owner`` and start its workspace: a clone of ``git_url``
     in the background (``workspace_status`` is ``cloning`` meanwhile), or a fresh repository.
@@ -210,6 +228,10 @@ def project_create(
         git_ref=git_ref,
         worktree_copy_globs=worktree_copy_globs,
         worktree_setup_command=worktree_setup_command,
+        answer_policy=answer_policy,
+        answer_policy_delay=answer_policy_delay,
+        answer_policy_instructions=answer_policy_instructions,
+        answer_policy_permissions=answer_policy_permissions,
     )
     if ask_user_timeout is not None:
         project.ask_user_timeout = ask_user_timeout
