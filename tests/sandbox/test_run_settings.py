@@ -1,0 +1,124 @@
+"""What ``promptmgr.sandbox`` hands the CLI for one run (the CLI's side: test_sandbox_contract)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from promptmgr import sandbox
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    path = Path(settings.STORAGE_ROOT) / "worktrees" / "7" / "3"
+    path.mkdir(parents=True)
+    return path
+
+
+def test_whole_regions_are_denied_and_only_the_working_directory_is_allowed_back(workdir: Path) -> None:
+    confined = sandbox.run_settings(workdir=workdir)["sandbox"]
+    denied = confined["filesystem"]["denyRead"]
+    for region in ("/tmp", str(Path.home()), str(settings.BASE_DIR), os.path.realpath(settings.STORAGE_ROOT)):
+        assert region in denied
+    assert os.path.realpath(settings.RUN_SECRETS_DIR) in denied
+    assert confined["filesystem"]["allowRead"] == [str(workdir.resolve())]
+    assert confined["filesystem"]["allowWrite"] == [str(workdir.resolve())]
+    assert confined["failIfUnavailable"] is True
+    assert confined["allowUnsandboxedCommands"] is False
+    # Bash keeps asking: an approval still means something, the sandbox bounds what it can do.
+    assert confined["autoAllowBashIfSandboxed"] is False
+
+
+def test_the_file_tools_are_blocked_outside_the_working_directory_and_denied_the_private_places(
+    workdir: Path,
+) -> None:
+    permissions = sandbox.run_settings(workdir=workdir)["permissions"]
+    assert permissions["blockReadsOutsideWorkingDirectories"] is True
+    assert permissions["blockWritesOutsideWorkingDirectories"] is True
+    secrets = os.path.realpath(settings.RUN_SECRETS_DIR)
+    home = os.path.realpath(Path(settings.STORAGE_ROOT) / "claude-home")
+    for tool in ("Read", "Grep", "Glob", "Edit", "Write", "NotebookEdit"):
+        assert f"{tool}(/{secrets}/**)" in permissions["deny"]
+        assert f"{tool}(/{home}/**)" in permissions["deny"]
+
+
+def test_the_database_file_is_denied_as_a_file(workdir: Path, settings: Any, tmp_path: Path) -> None:
+    database = tmp_path / "db.sqlite3"
+    settings.DATABASES = {"default": {**settings.DATABASES["default"], "NAME": str(database)}}
+    run = sandbox.run_settings(workdir=workdir)
+    assert str(database) in run["sandbox"]["filesystem"]["denyRead"]
+    assert f"Read(/{database})" in run["permissions"]["deny"]
+    assert f"Read(/{database}-wal)" in run["permissions"]["deny"]
+
+
+def test_a_private_place_that_holds_the_working_directory_gets_no_deny_rule(
+    settings: Any, tmp_path: Path
+) -> None:
+    settings.RUN_SECRETS_DIR = tmp_path / "odd"
+    inside = tmp_path / "odd" / "work"
+    inside.mkdir(parents=True)
+    assert not [rule for rule in sandbox.file_tool_denials(inside.resolve()) if "/odd/" in rule]
+
+
+def test_a_worktrees_git_directories_are_readable(workdir: Path, tmp_path: Path) -> None:
+    repository = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repository)], check=True)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(repository),
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "x",
+        ],
+        check=True,
+    )
+    workdir.rmdir()
+    subprocess.run(["git", "-C", str(repository), "worktree", "add", "-q", str(workdir)], check=True)
+    allowed = sandbox.run_settings(workdir=workdir)["sandbox"]["filesystem"]["allowRead"]
+    assert allowed == [
+        str(workdir.resolve()),
+        str((repository / ".git" / "worktrees" / workdir.name).resolve()),
+        str((repository / ".git").resolve()),
+    ]
+
+
+def test_switched_off_there_are_no_sandbox_settings(workdir: Path, settings: Any) -> None:
+    assert json.loads(sandbox.settings_argument(workdir=workdir) or "{}")["sandbox"]["enabled"] is True
+    settings.CLAUDE_SANDBOX = False
+    assert sandbox.settings_argument(workdir=workdir) is None
+
+
+def test_a_host_without_the_tools_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    with pytest.raises(sandbox.SandboxUnavailable) as refused:
+        sandbox.check_available(str(tmp_path))
+    assert str(refused.value) == sandbox.MSG_UNAVAILABLE.format(reason="bwrap and socat not installed")
+    assert "CLAUDE_SANDBOX=off" in str(refused.value)
+
+
+def test_each_run_gets_a_short_private_temporary_directory_and_stale_ones_are_swept() -> None:
+    first, second = sandbox.run_tmp_open(5), sandbox.run_tmp_open(6)
+    try:
+        assert first.stat().st_mode & 0o777 == 0o700
+        # The CLI puts sockets below it; past the AF_UNIX limit it would fall back to a shared one.
+        assert len(f"{first}/claude-{os.getuid()}/{'x' * 40}.sock") < 104
+        assert sandbox.sweep_stale_run_tmp(active={6}) == 1
+        assert not first.exists() and second.exists()
+    finally:
+        sandbox.run_tmp_close(first)
+        sandbox.run_tmp_close(second)
