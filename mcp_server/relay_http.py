@@ -151,7 +151,8 @@ async def post_once(
     _raise_for_common_status(response, retry=lambda status: status in RETRY_POST_STATUSES)
     if response.status_code == 410:
         raise RunFinished(error_detail(response))
-    if response.status_code in (400, 422):
+    # 413: the request is larger than the app accepts (a Write of a big file); its sentence says so.
+    if response.status_code in (400, 413, 422):
         raise RequestRejected(error_detail(response))
     if response.status_code not in (200, 201):
         raise RelayUnavailable(unexpected_reply(response, endpoint))
