@@ -77,3 +77,4 @@ bench: $(VENV)/.installed-app
 	$(PY) bench/approval_latency.py
 	$(PY) bench/decision_path.py
 	$(PY) bench/machinery.py
+	$(PY) bench/workspace_git.py
