@@ -66,6 +66,7 @@ class ProjectAdmin(admin.ModelAdmin):
         (None, {"fields": ["name", "owner", "members", "context"]}),
         ("Claude", {"fields": ["engine", "permission_mode", "model"]}),
         ("Ask-user", {"fields": ["ask_user_enabled", "ask_user_timeout"]}),
+        ("Changes", {"fields": ["commit_after_run"]}),
         ("History", {"fields": ["created_at", "updated_at"]}),
     ]
 

@@ -62,6 +62,11 @@ class ProjectSettingsForm(ServiceErrorsForm):
         help_text=f"How long a question or approval waits for an answer ({ASK_USER_TIMEOUT_MIN}–{ASK_USER_TIMEOUT_MAX}).",
     )
     model = forms.CharField(max_length=100, required=False, help_text="Empty: the CLI's default model.")
+    commit_after_run = forms.BooleanField(
+        required=False,
+        label="Commit each run's changes on the conversation's branch",
+        help_text="One commit per run, by the person who sent the prompt, with the prompt as its message.",
+    )
 
     def __init__(self, *args: Any, user: Any, project: Project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
