@@ -45,6 +45,23 @@ def make_project(*, owner: Any, members: tuple[Any, ...] = (), sync: bool = True
     return project
 
 
+def run_workdir(run_id: int) -> Path:
+    """Where a run works: its conversation's git worktree (``Run.workdir``)."""
+    from promptmgr.models import Run
+
+    return Path(Run.objects.get(pk=run_id).workdir)
+
+
+def open_conversation(project: Any, user: Any) -> tuple[int, Path]:
+    """A conversation with its worktree made, as its first prompt would make it: for tests
+    that put files in place before Claude starts. Returns its id and the worktree."""
+    from promptmgr.models import Conversation
+    from promptmgr.services.worktrees import conversation_worktree_ensure
+
+    conversation = Conversation.objects.create(project=project, user=user, title="Opened by the test")
+    return conversation.pk, conversation_worktree_ensure(conversation)
+
+
 def make_run(*, owner: Any, project: Any = None, status: str = "running", title: str = "") -> Any:
     """A run row in a new conversation (no CLI): for tests of the question store and the like."""
     from promptmgr.models import Conversation, Run

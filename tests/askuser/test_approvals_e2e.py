@@ -24,7 +24,9 @@ from tests.helpers import (
     SSEEvent,
     login_client,
     make_project,
+    open_conversation,
     read_sse,
+    run_workdir,
     script,
     start_run,
     submit_answer,
@@ -79,7 +81,7 @@ def test_an_allowed_bash_command_runs_and_its_output_reaches_the_model(
     events = read_sse(client, started["events_url"])
     [result] = tool_results(events)
     assert result == {"text": "approved-42", "is_error": False}
-    assert (workspace_path(project) / "build").is_dir()
+    assert (run_workdir(started["run_id"]) / "build").is_dir()
     decided = [e.data for e in events if e.event == "permission_decided"]
     assert [(d["decision"], d["by"]) for d in decided] == [("allow", "alice")]
     assert events[-1].data == {"status": "completed"}
@@ -91,8 +93,9 @@ def test_a_denied_command_does_not_run_and_the_model_receives_the_message(
 ) -> None:
     project = asking_project(alice, engine)
     client = login_client(app_server, "alice", "alice-password")
-    marker = workspace_path(project) / "touched"
-    started = start_run(client, project.pk, script(bash(f"touch {marker}"), QUOTE))
+    conversation_id, worktree = open_conversation(project, alice)
+    marker = worktree / "touched"
+    started = start_run(client, project.pk, script(bash(f"touch {marker}"), QUOTE), conversation_id)
 
     card = next_request(client, started["events_url"])
     assert decide(client, card.data["request_id"], "deny", message="Not on this branch.").status_code == 200
@@ -110,9 +113,9 @@ def test_always_allow_lets_the_next_runs_identical_command_run_without_a_card(
 ) -> None:
     project = asking_project(alice, engine)
     client = login_client(app_server, "alice", "alice-password")
-    marker = workspace_path(project) / "ruled.txt"
     prompt = script(bash("touch ruled.txt"), QUOTE)
     first = start_run(client, project.pk, prompt)
+    marker = run_workdir(first["run_id"]) / "ruled.txt"
     card = next_request(client, first["events_url"])
     assert card.data["suggested_rule"] == "Bash(touch:*)"
     assert decide(client, card.data["request_id"], "always").json()["rule"] == "Bash(touch:*)"
@@ -120,16 +123,17 @@ def test_always_allow_lets_the_next_runs_identical_command_run_without_a_card(
     assert first_result["is_error"] is False
     assert marker.exists()
 
-    settings_file = workspace_path(project) / ".claude" / "settings.local.json"
-    assert "Bash(touch:*)" in json.loads(settings_file.read_text())["permissions"]["allow"]
+    # Written into the main checkout (where new worktrees start from) and the run's worktree.
+    for root in (workspace_path(project), marker.parent):
+        settings_file = root / ".claude" / "settings.local.json"
+        assert "Bash(touch:*)" in json.loads(settings_file.read_text())["permissions"]["allow"]
     assert PermissionRule.objects.filter(project=project, rule="Bash(touch:*)").exists()
 
-    marker.unlink()
     second = start_run(client, project.pk, prompt)
     events = read_sse(client, second["events_url"])
     assert [e for e in events if e.event == "permission_request"] == []
     assert tool_results(events) == [first_result]
-    assert marker.exists()
+    assert (run_workdir(second["run_id"]) / "ruled.txt").exists()
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -152,7 +156,7 @@ def test_an_undecided_request_expires_and_the_model_is_told_it_was_not_run(
         {"request_id": card.data["request_id"], "reason": "timeout"}
     ]
     assert decide(client, card.data["request_id"], "allow").status_code == 410
-    assert not (workspace_path(project) / "never.txt").exists()
+    assert not (run_workdir(started["run_id"]) / "never.txt").exists()
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -160,7 +164,8 @@ def test_an_edit_asks_with_a_unified_diff_and_changes_the_file_once_allowed(
     app_server: LiveServer, alice: Any, engine: str
 ) -> None:
     project = asking_project(alice, engine)
-    readme = workspace_path(project) / "README.md"
+    conversation_id, worktree = open_conversation(project, alice)
+    readme = worktree / "README.md"
     readme.write_text("# Demo\nstatus: draft\n")
     client = login_client(app_server, "alice", "alice-password")
     read = {"tool_use": {"name": "Read", "input": {"file_path": str(readme)}}}
@@ -170,7 +175,7 @@ def test_an_edit_asks_with_a_unified_diff_and_changes_the_file_once_allowed(
             "input": {"file_path": str(readme), "old_string": "status: draft", "new_string": "status: final"},
         }
     }
-    started = start_run(client, project.pk, script(read, edit, QUOTE))
+    started = start_run(client, project.pk, script(read, edit, QUOTE), conversation_id)
 
     card = next_request(client, started["events_url"])
     assert card.data["tool_name"] == "Edit"

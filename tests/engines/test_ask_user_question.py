@@ -15,7 +15,6 @@ from django.utils import timezone
 
 from askuser.models import Question
 from promptmgr.models import Run
-from promptmgr.workspaces import workspace_path
 from tests.engines.support import ask_user_question, sdk_question
 from tests.helpers import (
     QUOTE,
@@ -24,6 +23,7 @@ from tests.helpers import (
     next_question,
     processes_in,
     read_sse,
+    run_workdir,
     script,
     start_run,
     submit_answer,
@@ -140,7 +140,7 @@ def test_cancel_while_waiting_ends_the_run_with_no_process_left(app_server: Any,
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script(ask_user_question(AUTH), QUOTE))
     card = next_question(client, started["events_url"])
-    workspace = workspace_path(project)
+    workspace = run_workdir(started["run_id"])
     assert processes_in(workspace), "the CLI should be running in the workspace"
 
     response = client.post(f"/api/runs/{started['run_id']}/cancel")

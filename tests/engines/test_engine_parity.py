@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from promptmgr.models import Run
-from promptmgr.workspaces import workspace_path
 from tests.engines.support import ask_user_question, mcp_ask_user, sdk_question
 from tests.helpers import (
     SSEEvent,
@@ -22,6 +21,7 @@ from tests.helpers import (
     next_question,
     processes_in,
     read_sse,
+    run_workdir,
     script,
     start_run,
     submit_answer,
@@ -59,6 +59,7 @@ EXPECTED = [
     "text_delta",
     "assistant_text",
     "result",
+    "changes",  # the Write, seen by git in the conversation's worktree
     "run_status:completed",
     "done",
 ]
@@ -108,7 +109,7 @@ def test_text_a_tool_and_a_question_give_the_same_events(app_server: Any, alice:
     assert by_name["session"]["permission_mode"] == "acceptEdits"
     [written, answered] = [e.data for e in events if e.event == "tool_result"]
     assert written["content"].startswith("File created successfully at: notes.txt")
-    assert (workspace_path(project) / "notes.txt").read_text() == "hello"
+    assert (run_workdir(started["run_id"]) / "notes.txt").read_text() == "hello"
     assert answered == {
         "tool_use_id": answered["tool_use_id"],
         "content": ANSWER_TEXT[engine],
@@ -149,9 +150,10 @@ def test_a_write_is_allowed_or_refused_alike(
 ) -> None:
     project = make_project(owner=alice, engine=engine, permission_mode=mode, ask_user_enabled=ask_user)
     client = login_client(app_server, "alice", "alice-password")
-    events = read_sse(client, start_run(client, project.pk, script(WRITE, {"text": "ok"}))["events_url"])
+    started = start_run(client, project.pk, script(WRITE, {"text": "ok"}))
+    events = read_sse(client, started["events_url"])
     [result] = [e.data for e in events if e.event == "tool_result"]
-    target = workspace_path(project) / "notes.txt"
+    target = run_workdir(started["run_id"]) / "notes.txt"
     if message is None:
         assert result["is_error"] is False and target.read_text() == "hello"
     else:
@@ -196,4 +198,4 @@ def test_a_background_command_finishes_and_wakes_a_second_turn_alike(
     ]
     run = Run.objects.get(pk=started["run_id"])
     assert (run.status, run.exit_code) == ("completed", 0)
-    assert processes_in(workspace_path(project)) == []
+    assert processes_in(run_workdir(started["run_id"])) == []

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from promptmgr.models import Conversation, Run
-from promptmgr.workspaces import workspace_path
 from tests.helpers import (
     SLOW_TEXT,
     allow_in_workspace,
@@ -20,6 +19,7 @@ from tests.helpers import (
     make_project,
     processes_in,
     read_sse,
+    run_workdir,
     script,
     start_run,
     use_fake_cli,
@@ -50,7 +50,7 @@ def test_streamed_text_result_and_session_reach_the_browser(app_server: Any, ali
     kept = [e.event for e in events if e.event != "text_delta"]
     wait_until(lambda: run.events.count() == len(kept), timeout=5, what="events stored in the database")
     assert list(run.events.values_list("event", flat=True)) == kept
-    assert processes_in(workspace_path(project)) == []
+    assert processes_in(run_workdir(started["run_id"])) == []
 
 
 def test_second_prompt_resumes_the_claude_session(app_server: Any, alice: Any) -> None:
@@ -80,7 +80,7 @@ def test_the_run_stops_at_the_maximum_duration(app_server: Any, alice: Any, sett
     assert events[-1].data == {"status": "timed_out"}
     errors = [e.data["message"] for e in events if e.event == "error"]
     assert errors == ["Stopped: the run exceeded the maximum duration of 3 s."]
-    assert processes_in(workspace_path(project)) == []
+    assert processes_in(run_workdir(started["run_id"])) == []
 
 
 def test_a_cli_that_dies_gives_a_clear_error_and_a_failed_run(app_server: Any, alice: Any) -> None:
@@ -88,14 +88,14 @@ def test_a_cli_that_dies_gives_a_clear_error_and_a_failed_run(app_server: Any, a
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script(SLOW_TEXT))
     read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
-    [cli_pid] = [p for p in processes_in(workspace_path(project)) if os.getpgid(p) == p]
+    [cli_pid] = [p for p in processes_in(run_workdir(started["run_id"])) if os.getpgid(p) == p]
     os.kill(cli_pid, signal.SIGKILL)
 
     events = read_sse(client, started["events_url"])
     errors = [e.data["message"] for e in events if e.event == "error"]
     assert any("exited with code -9 before finishing the turn" in m for m in errors)
     assert events[-1].data == {"status": "failed"}
-    assert processes_in(workspace_path(project)) == []
+    assert processes_in(run_workdir(started["run_id"])) == []
 
 
 def test_bypass_permissions_is_refused_with_a_clear_error(app_server: Any, alice: Any) -> None:

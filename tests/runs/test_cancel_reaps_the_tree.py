@@ -15,13 +15,13 @@ from django.conf import settings
 
 from promptmgr.models import Run
 from promptmgr.processes import MAX_NICE
-from promptmgr.workspaces import workspace_path
 from tests.helpers import (
     allow_in_workspace,
     login_client,
     make_project,
     processes_in,
     read_sse,
+    run_workdir,
     script,
     start_run,
     use_fake_cli,
@@ -55,7 +55,7 @@ def test_cancel_during_a_bash_command_leaves_no_process(app_server: Any, alice: 
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script({"tool_use": {"name": "Bash", "input": PYTHON_SLEEP}}))
     read_sse(client, started["events_url"], until=lambda e: e.event == "tool_use")
-    workspace = workspace_path(project)
+    workspace = run_workdir(started["run_id"])
     # The CLI (with the ask-user MCP server on the cli engine) and the Bash command, in a
     # session of its own, which it enters a moment after it was forked.
     wait_until(
@@ -112,9 +112,10 @@ def test_cancel_kills_a_cli_that_ignores_sigterm_and_its_detached_children(
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, "hello")
     read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
-    workspace = workspace_path(project)
+    workspace = run_workdir(started["run_id"])
+    # The guardian and the CLI in one session, the detached grandchild in another.
     wait_until(
-        lambda: len(processes_in(workspace)) == 2 and len(sessions_of(processes_in(workspace))) == 2,
+        lambda: len(processes_in(workspace)) == 3 and len(sessions_of(processes_in(workspace))) == 2,
         timeout=10,
         what="the detached grandchild in a session of its own",
     )

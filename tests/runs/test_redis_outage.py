@@ -12,7 +12,6 @@ import pytest
 
 from core import redis as core_redis
 from promptmgr.models import Conversation, Run
-from promptmgr.workspaces import workspace_path
 from tests.helpers import (
     SLOW_TEXT,
     free_port,
@@ -20,6 +19,7 @@ from tests.helpers import (
     make_project,
     processes_in,
     read_sse,
+    run_workdir,
     script,
     start_run,
     wait_until,
@@ -89,7 +89,9 @@ def test_redis_gone_past_the_outage_limit_fails_the_run_and_reaps_the_cli(
     run = Run.objects.get(pk=started["run_id"])
     assert run.status == "failed"
     assert run.error.startswith("Lost the connection to Redis (Redis was unreachable for more than 3 s)")
-    wait_until(lambda: processes_in(workspace_path(project)) == [], timeout=10, what="the CLI to be reaped")
+    wait_until(
+        lambda: processes_in(run_workdir(started["run_id"])) == [], timeout=10, what="the CLI to be reaped"
+    )
     # What this worker had streamed is kept, so the conversation can still be shown.
     wait_until(lambda: run.events.filter(event="session").exists(), timeout=20, what="streamed events kept")
     assert run.events.filter(event="text_delta").exists()

@@ -10,10 +10,18 @@ import pytest
 from askuser.models import Question, QuestionStatus
 from promptmgr.models import Run, RunEvent, RunStatus
 from promptmgr.runner import MSG_SHUTDOWN
-from promptmgr.workspaces import workspace_path
 from tests.conftest import LiveServer
 from tests.engines.support import ask_user_question, sdk_question
-from tests.helpers import ask, login_client, make_project, next_question, processes_in, script, start_run
+from tests.helpers import (
+    ask,
+    login_client,
+    make_project,
+    next_question,
+    processes_in,
+    run_workdir,
+    script,
+    start_run,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +39,7 @@ def test_a_shutdown_while_claude_waits_for_an_answer_reaps_the_run_and_closes_it
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script(QUESTIONS[engine]))
     question = next_question(client, started["events_url"])
-    workspace = workspace_path(project)
+    workspace = run_workdir(started["run_id"])
     assert processes_in(workspace), "Claude should be running, waiting for the answer"
     client.close()
 

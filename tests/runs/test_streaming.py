@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from promptmgr.models import Conversation, Run
-from promptmgr.workspaces import workspace_path
 from tests.helpers import (
     SLOW_TEXT,
     allow_in_workspace,
@@ -21,6 +20,7 @@ from tests.helpers import (
     make_project,
     processes_in,
     read_sse,
+    run_workdir,
     script,
     start_run,
     use_fake_cli,
@@ -77,7 +77,7 @@ def test_cancel_kills_the_cli_and_every_child(app_server: Any, alice: Any) -> No
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script(SLOW_TEXT))
     read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
-    workspace = workspace_path(project)
+    workspace = run_workdir(started["run_id"])
     assert processes_in(workspace), "the CLI should be running in the workspace"
 
     response = client.post(f"/api/runs/{started['run_id']}/cancel")
@@ -95,7 +95,7 @@ def test_a_cli_that_dies_gives_a_clear_error_and_a_failed_run(app_server: Any, a
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script(SLOW_TEXT))
     read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
-    [cli_pid] = [p for p in processes_in(workspace_path(project)) if os.getpgid(p) == p]
+    [cli_pid] = [p for p in processes_in(run_workdir(started["run_id"])) if os.getpgid(p) == p]
     os.kill(cli_pid, signal.SIGKILL)
 
     events = read_sse(client, started["events_url"])
@@ -103,7 +103,7 @@ def test_a_cli_that_dies_gives_a_clear_error_and_a_failed_run(app_server: Any, a
     assert any("exited with code -9 before finishing the turn" in m for m in errors)
     assert events[-1].data == {"status": "failed"}
     assert Run.objects.get(pk=started["run_id"]).status == "failed"
-    assert processes_in(workspace_path(project)) == []
+    assert processes_in(run_workdir(started["run_id"])) == []
 
 
 def test_json_that_is_not_shaped_like_stream_json_is_reported_as_garbage(

@@ -20,3 +20,16 @@ def _file_urls_allowed(settings: Any) -> None:
 def origin(tmp_path: Path) -> Path:
     """A bare repository with a README, its own CLAUDE.md and a .gitignore for .env."""
     return make_origin(tmp_path / "origin.git")
+
+
+@pytest.fixture
+def client_for() -> Any:
+    """A Django test client logged in as the given user."""
+    from django.test import Client
+
+    def login(user: Any) -> Client:
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return login
