@@ -19,6 +19,7 @@ import fcntl
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -44,6 +45,7 @@ EXIT_GRACE = 2.0  # seconds a child whose output ended gets to exit by itself
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
 STAT_BYTES = 4096  # /proc/PID/stat is one short line (its command name is at most 64 bytes)
 STDERR_TAIL_BYTES = 16 * 1024
+GUARDIAN = Path(__file__).with_name("guardian.py")
 
 
 @dataclass(frozen=True)
@@ -409,11 +411,21 @@ class PipedChild:
     stderr_transport: asyncio.ReadTransport
 
 
+def guarded(argv: list[str]) -> list[str]:
+    """``argv`` under the guardian (``guardian.py``): it and everything it starts die with
+    this worker, even one killed with SIGKILL, which a process group alone cannot promise.
+
+    The guardian is a separate program rather than a ``preexec_fn``: with one, ``Popen``
+    would fork the whole worker instead of using vfork (see ``SpawnedChild``)."""
+    return [sys.executable, "-I", "-S", str(GUARDIAN), str(os.getpid()), "--", *argv]
+
+
 async def spawn_piped(
     argv: list[str], *, cwd: Path | str | None, env: dict[str, str], nice: int
 ) -> PipedChild:
-    """Start ``argv`` with vfork in a session of its own, ``nice`` lower in priority (see
-    ``lower_priority``), its stdin, stdout and stderr on pipes of ours."""
+    """Start ``argv`` under the guardian (``guarded``) with vfork, in a session of its own,
+    ``nice`` lower in priority (see ``lower_priority``), its stdin, stdout and stderr on
+    pipes of ours."""
     # Output pipes of our own: stdout can then be widened and its reading paced, and
     # both are closed by their drains even when a stray process holds the other end.
     stdout_child, stdout, stdout_transport = await _pipe_from_child(widen=True)
@@ -421,7 +433,7 @@ async def spawn_piped(
     stdin_child, stdin = os.pipe()
     try:
         popen = subprocess.Popen(
-            argv,
+            guarded(argv),
             cwd=cwd,
             env=env,
             stdin=stdin_child,

@@ -25,6 +25,7 @@ from promptmgr.processes import (
     group_members,
     live_processes,
 )
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.unit
 
@@ -95,7 +96,8 @@ async def test_stop_kills_the_whole_group_including_grandchildren(tmp_path: Path
     )
     proc = await spawn(code, tmp_path)
     assert await proc.next_line(10) == Line(b"started")
-    assert len(group_members(proc.pgid)) == 2
+    # The guardian (processes.guarded), the child and the grandchild.
+    assert len(group_members(proc.pgid)) == 3
     code_ = await proc.stop(grace=0.5)
     assert code_ < 0
     assert group_members(proc.pgid) == []
@@ -128,8 +130,11 @@ async def test_the_process_list_reads_odd_command_names_and_leaves_zombies_out(t
     zombie = zombie_in_a_group_of_its_own()
     try:
         assert await proc.next_line(10) == Line(b"named")
-        assert Path(f"/proc/{proc.pid}/comm").read_text() == "a) b (c\n"
         found = {p.pid: p for p in live_processes()}
+        # proc.pid is the guardian (processes.guarded); the named process is its child.
+        [named] = [p for p in found.values() if p.ppid == proc.pid]
+        assert Path(f"/proc/{named.pid}/comm").read_text() == "a) b (c\n"
+        assert named == processes.ProcInfo(pid=named.pid, ppid=proc.pid, pgid=proc.pid)
         assert found[proc.pid] == processes.ProcInfo(pid=proc.pid, ppid=os.getpid(), pgid=proc.pid)
         assert found[os.getpid()].pgid == os.getpgrp()
         assert zombie.pid not in found
@@ -240,8 +245,8 @@ async def test_the_childs_stdout_pipe_is_widened(tmp_path: Path) -> None:
 
 async def test_stopping_leaves_no_file_descriptor_open(tmp_path: Path) -> None:
     before = open_fds()
-    # A daemonized grandchild, outside the tree stop() reaps, keeps stdout open: the output
-    # never ends, stop() gives up waiting for it and must still close the pipe's read end.
+    # A daemonized grandchild keeps stdout open, so the output does not end with the child;
+    # the guardian (a subreaper) inherits it and ends it, and stop() closes the pipe's end.
     grandchild = "import time; time.sleep(30)"
     middle = (
         "import subprocess, sys\n"
@@ -257,8 +262,10 @@ async def test_stopping_leaves_no_file_descriptor_open(tmp_path: Path) -> None:
         await proc.stop(grace=1)
         await asyncio.sleep(0)  # let the closed transports release their descriptors
         assert open_fds() - before == set()
+        wait_until(lambda: not Path(f"/proc/{daemon}").exists(), timeout=10, what="the daemon to be ended")
     finally:
-        os.kill(daemon, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(daemon, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("server_session", ["its own session", "the root group"])
