@@ -203,3 +203,20 @@ def test_the_zip_holds_what_git_would_commit_and_no_file_from_outside(worktree: 
     assert archive.read("src2/app.py") == b"def main():\n    return 1\n"
     assert archive.read("link") == str(tmp_path / "secret.txt").encode()  # the link, not the file
     assert archive.getinfo("link").external_attr >> 16 & 0o170000 == 0o120000
+
+
+def test_a_plain_folder_zips_every_file_and_stores_symlinked_folders_as_links(tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "a.txt").write_text("a\n")
+    (folder / ".git").mkdir()
+    (folder / ".git" / "config").write_text("not shown\n")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.txt").write_text("secret\n")
+    (folder / "linked").symlink_to(tmp_path / "outside")
+
+    data = b"".join(files_service.zip_chunks(files_service.FolderTree(folder)))
+
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    assert sorted(archive.namelist()) == ["linked", "sub/a.txt"]
+    assert archive.read("linked") == str(tmp_path / "outside").encode()
