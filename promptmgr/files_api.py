@@ -76,8 +76,6 @@ async def conversation_zip(request: HttpRequest, conversation_id: int) -> Stream
     tree = await sync_to_async(files_service.conversation_tree)(
         user=request.user, conversation_id=conversation_id
     )
-    response = StreamingHttpResponse(
-        _in_a_thread(files_service.zip_chunks(tree)), content_type="application/zip"
-    )
+    response = StreamingHttpResponse(_in_a_thread(tree.zip_chunks()), content_type="application/zip")
     response["Content-Disposition"] = f'attachment; filename="conversation-{conversation_id}.zip"'
     return response

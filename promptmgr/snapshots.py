@@ -135,6 +135,28 @@ def git_limited(workdir: Path, *args: str, limit: int) -> tuple[bytes, bool]:
     return data[:limit], len(data) > limit
 
 
+def git_stream(workdir: Path, *args: str, chunk: int = 256 * 1024) -> Iterator[bytes]:
+    """A command's output in chunks as it comes (``git archive``); GitError if it fails."""
+    proc = subprocess.Popen(
+        ["git", *SAFE_CONFIG, *args],
+        cwd=workdir,
+        env=git_env(workdir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    try:
+        while block := proc.stdout.read(chunk):
+            yield block
+    finally:
+        proc.stdout.close()
+        if proc.poll() is None:
+            proc.kill()
+        code = proc.wait(timeout=GIT_TIMEOUT)
+    if code != 0:
+        raise GitError(f"git {args[0]} failed ({code})")
+
+
 def work_tree_root(path: Path) -> Path | None:
     """``path`` when it is the top of a git work tree (a clone or a worktree), else None."""
     if not path.is_dir():

@@ -32,6 +32,7 @@ from core.errors import Conflict, Gone, NotFound
 from promptmgr import snapshots
 from promptmgr.highlight import diff_html
 from promptmgr.models import Run
+from promptmgr.workspaces import workspace_path
 
 logger = logging.getLogger(__name__)
 
@@ -238,9 +239,22 @@ def _tracked_run(*, user: Any, run_id: int) -> Run:
         raise Conflict(MSG_RUN_ACTIVE, code="run_active")
     if not (run.start_snapshot and run.end_snapshot):
         raise Conflict(MSG_NOT_TRACKED, code="changes_not_tracked")
-    if snapshots.work_tree_root(Path(run.workdir)) is None:
-        raise Gone(MSG_WORKTREE_GONE, code="worktree_gone")
     return run
+
+
+def _repository_of(run: Run) -> Path:
+    """Where git can read the run's snapshots: its worktree, or once that is gone (the idle
+    sweep), the project's repository, whose objects and refs every worktree shares."""
+    workdir = Path(run.workdir)
+    if snapshots.work_tree_root(workdir) is not None:
+        return workdir
+    repo = workspace_path(run.conversation.project)
+    if (
+        repo.is_dir()
+        and snapshots.git(repo, "rev-parse", "-q", "--verify", end_ref(run.pk), check=False).strip()
+    ):
+        return repo
+    raise Gone(MSG_WORKTREE_GONE, code="worktree_gone")
 
 
 def run_changes(*, user: Any, run_id: int, path: str | None = None, with_diff: bool = True) -> Changes:
@@ -255,7 +269,7 @@ def run_changes(*, user: Any, run_id: int, path: str | None = None, with_diff: b
     diff, truncated = ("", False)
     if files and with_diff:
         diff, truncated = snapshots.unified_diff(
-            Path(run.workdir),
+            _repository_of(run),
             run.start_snapshot,
             run.end_snapshot,
             [path] if path is not None else (),
@@ -309,6 +323,8 @@ def run_revert(*, user: Any, run_id: int) -> Run:
     if not paths:
         raise Conflict(MSG_NOTHING_TO_REVERT, code="nothing_to_revert")
     workdir = Path(run.workdir)
+    if snapshots.work_tree_root(workdir) is None:
+        raise Gone(MSG_WORKTREE_GONE, code="worktree_gone")
     project = run.conversation.project
     with _worktree_lock(workdir), transaction.atomic():
         # Locked, so a second revert of this run waits here and then finds it reverted.

@@ -71,6 +71,8 @@ class Tree(Protocol):
 
     def content(self, path: str) -> FileContent: ...
 
+    def zip_chunks(self) -> Iterator[bytes]: ...
+
 
 def clean_parts(path: str) -> tuple[str, ...]:
     """The path's components, or NotFound for anything that could leave the tree."""
@@ -179,6 +181,9 @@ class FolderTree:
             for name in sorted(names + links):
                 yield (relative / name).as_posix()
 
+    def zip_chunks(self) -> Iterator[bytes]:
+        return zip_chunks(self)
+
     def holds(self, path: Path) -> bool:
         """Whether ``path``'s folder really lies inside the root (no symlinked folder on the way)."""
         try:
@@ -265,6 +270,10 @@ class CommitTree:
         head, _cut = snapshots.git_limited(self.repo, "cat-file", "blob", row[2], limit=MAX_FILE_BYTES + 1)
         return file_content("/".join(parts), row[3] or 0, head)
 
+    def zip_chunks(self) -> Iterator[bytes]:
+        # git writes the zip itself, streamed as it goes; only the commit's objects are read.
+        return snapshots.git_stream(self.repo, "archive", "--format=zip", self.commit)
+
 
 # --- Which tree ----------------------------------------------------------------------------
 
@@ -278,9 +287,16 @@ def conversation_root(conversation: Conversation) -> Path:
     return Path(latest) if latest else workspace_path(conversation.project)
 
 
-def conversation_tree(*, user: Any, conversation_id: int) -> FolderTree:
+def conversation_tree(*, user: Any, conversation_id: int) -> Tree:
+    """The conversation's worktree; once the idle sweep removed it, its branch (the sweep
+    commits uncommitted work there first), until its next run makes the worktree again."""
     conversation = conversation_visible(user=user, conversation_id=conversation_id)
-    return FolderTree(conversation_root(conversation))
+    root = conversation_root(conversation)
+    if not root.is_dir() and conversation.branch:
+        branch = commit_tree(workspace_path(conversation.project), f"refs/heads/{conversation.branch}")
+        if branch is not None:
+            return branch
+    return FolderTree(root)
 
 
 def project_tree(*, user: Any, project_id: int) -> Tree:
@@ -292,14 +308,17 @@ def project_tree(*, user: Any, project_id: int) -> Tree:
 
 def default_branch_tree(project: Project) -> Tree:
     root = workspace_path(project)
-    if root.is_dir():
-        ref = project.default_branch or "HEAD"
-        out = snapshots.git(root, "rev-parse", "-q", "--verify", f"{ref}^{{commit}}", check=False)
-        # git never looks above the workspace (snapshots.git_env), so this is its own repository.
-        commit = out.decode().strip()
-        if commit:
-            return CommitTree(root, commit)
-    return FolderTree(root)
+    return commit_tree(root, project.default_branch or "HEAD") or FolderTree(root)
+
+
+def commit_tree(repo: Path, ref: str) -> CommitTree | None:
+    """The tree of ``ref`` in the repository at ``repo``, or None when there is none."""
+    if not repo.is_dir():
+        return None
+    # git never looks above ``repo`` (snapshots.git_env), so this is its own repository.
+    out = snapshots.git(repo, "rev-parse", "-q", "--verify", f"{ref}^{{commit}}", check=False)
+    commit = out.decode().strip()
+    return CommitTree(repo, commit) if commit else None
 
 
 # --- Download ------------------------------------------------------------------------------

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from promptmgr.models import Conversation, Run
+from promptmgr.services import changes, run_state
+from promptmgr.services.run_state import Outcome
 from promptmgr.workspaces import workspace_path
 from tests.helpers import make_project
 
@@ -62,3 +68,37 @@ def git_project(owner: Any, **fields: Any) -> tuple[Any, Path]:
     run_git(root, "rm", "-q", "-r", "--cached", *generated)
     run_git(root, "commit", "-q", "-m", "generated files are not the repository's")
     return project, root
+
+
+@dataclass
+class Ended:
+    run: Run
+    event: dict[str, Any] | None  # the `changes` event the supervisor would emit
+
+    @property
+    def pk(self) -> int:
+        return self.run.pk
+
+
+def run_in(
+    conversation: Conversation, workdir: Path, edit: Callable[[], None], prompt: str = "Edit it"
+) -> Ended:
+    """A run that starts, makes ``edit`` in ``workdir`` and ends, through the runner's hooks."""
+    run = Run.objects.create(
+        conversation=conversation, user=conversation.user, prompt=prompt, workdir=str(workdir)
+    )
+    run_state.run_mark_started(run.pk)
+    asyncio.run(changes.record_start(run.pk, workdir))
+    edit()
+    event = asyncio.run(changes.record_end(run.pk))
+    run_state.run_finish(run.pk, Outcome(status="completed"))
+    run.refresh_from_db()
+    return Ended(run, event)
+
+
+def write(path: Path, text: str) -> Callable[[], None]:
+    def edit() -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    return edit

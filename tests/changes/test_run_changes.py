@@ -3,10 +3,8 @@ on real repositories (no CLI here: the edits are made the way Claude's tools mak
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,48 +12,13 @@ import pytest
 from django.test import Client
 
 from promptmgr.models import Conversation, Project, Run
-from promptmgr.services import changes, run_state
-from promptmgr.services.run_state import Outcome
-from tests.changes.support import make_repo, run_git, status
+from promptmgr.services import changes
+from tests.changes.support import Ended, make_repo, run_git, run_in, status, write
 
 # The hooks write from worker threads, as in the app: a test transaction would lock them out.
 pytestmark = [pytest.mark.unit, pytest.mark.django_db(transaction=True)]
 
 ClientFor = Callable[[Any], Client]
-
-
-@dataclass
-class Ended:
-    run: Run
-    event: dict[str, Any] | None  # the `changes` event the supervisor would emit
-
-    @property
-    def pk(self) -> int:
-        return self.run.pk
-
-
-def run_in(
-    conversation: Conversation, workdir: Path, edit: Callable[[], None], prompt: str = "Edit it"
-) -> Ended:
-    """A run that starts, makes ``edit`` in ``workdir`` and ends, through the runner's hooks."""
-    run = Run.objects.create(
-        conversation=conversation, user=conversation.user, prompt=prompt, workdir=str(workdir)
-    )
-    run_state.run_mark_started(run.pk)
-    asyncio.run(changes.record_start(run.pk, workdir))
-    edit()
-    event = asyncio.run(changes.record_end(run.pk))
-    run_state.run_finish(run.pk, Outcome(status="completed"))
-    run.refresh_from_db()
-    return Ended(run, event)
-
-
-def write(path: Path, text: str) -> Callable[[], None]:
-    def edit() -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-
-    return edit
 
 
 def revert(client: Client, run: Ended) -> Any:
