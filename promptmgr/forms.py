@@ -30,6 +30,22 @@ class ProjectCreateForm(ServiceErrorsForm):
         help_text="Instructions Claude reads before every prompt.",
     )
     engine = forms.ChoiceField(choices=Engine.choices, initial=Engine.CLI)
+    git_url = forms.CharField(
+        required=False,
+        max_length=1000,
+        label="Repository URL",
+        help_text="Cloned in the background (https or ssh); empty: a fresh repository.",
+    )
+    git_ref = forms.CharField(
+        required=False, max_length=255, label="Branch or tag", help_text="Empty: the repository's default."
+    )
+    git_token = forms.CharField(
+        required=False,
+        max_length=10_000,
+        label="Access token",
+        widget=forms.PasswordInput(render_value=False),
+        help_text="For a private https repository; stored encrypted and never shown again.",
+    )
 
 
 class ProjectSettingsForm(ServiceErrorsForm):

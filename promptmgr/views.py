@@ -18,7 +18,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from core.errors import Conflict, Forbidden, NotFound
 from promptmgr.forms import MemberAddForm, ProjectCreateForm, ProjectDeleteForm, ProjectSettingsForm
 from promptmgr.markdown import render_markdown_async
-from promptmgr.models import Project
+from promptmgr.models import Project, WorkspaceStatus
 from promptmgr.services.demo import demo_triggers, project_asks_user
 from promptmgr.services.projects import (
     ProjectNotFound,
@@ -30,6 +30,7 @@ from promptmgr.services.projects import (
     project_member_remove,
     project_update,
 )
+from promptmgr.services.worktrees import project_disk_bytes
 
 PROJECT_CREATED = "Project “{name}” created."
 SETTINGS_SAVED = "Settings saved."
@@ -57,7 +58,10 @@ def project_list(request: HttpRequest) -> HttpResponse:
     projects = Project.objects.visible_to(request.user).select_related("owner")
     # A form that failed is answered 400 so scripts and tests can tell; browsers show it as usual.
     status = 400 if form.is_bound else 200
-    return render(request, "projects/list.html", {"projects": projects, "form": form}, status=status)
+    # The page reloads itself while a clone is under way, so its end shows without a click.
+    cloning = projects.filter(workspace_status=WorkspaceStatus.CLONING).exists()
+    context = {"projects": projects, "form": form, "cloning": cloning}
+    return render(request, "projects/list.html", context, status=status)
 
 
 @login_required
@@ -94,6 +98,7 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
 
 def _settings_page(
     request: HttpRequest,
+        "disk_bytes": project_disk_bytes(project),
     project: Project,
     *,
     form: ProjectSettingsForm | None = None,

@@ -26,6 +26,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.cache import cache
 from django.db.models import Max, Q
 from django.utils import timezone
 
@@ -43,6 +44,7 @@ MSG_SETUP_FAILED = "The project's setup command failed in this conversation's wo
 KEEP_MESSAGE = "Uncommitted work kept by PromptManager before the worktree was removed ({reason})"
 LOCK_FILE = "promptmanager.lock"
 SETUP_KEEPALIVE_SECONDS = 5.0
+DISK_CACHE_SECONDS = 60
 
 
 def conversation_branch(conversation: Conversation) -> str:
@@ -236,6 +238,17 @@ def project_disk_usage(project: Project) -> DiskUsage:
         if Path(path).is_dir():
             sizes[conversation_id] = repository.disk_usage(Path(path))
     return DiskUsage(repository_bytes=repository.disk_usage(workspace_path(project)), worktrees=sizes)
+
+
+def project_disk_bytes(project: Project) -> int:
+    """The project's total disk use, remembered a minute per worker: the project page shows
+    it on every load, and walking a large repository and its worktrees takes a while."""
+    key = f"promptmgr:disk-bytes:{project.pk}"
+    total = cache.get(key)
+    if total is None:
+        total = project_disk_usage(project).total_bytes
+        cache.set(key, total, DISK_CACHE_SECONDS)
+    return int(total)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,14 @@ def _file_urls_allowed(settings: Any) -> None:
     settings.WORKSPACE_GIT_SCHEMES = ("https", "ssh", "file")
 
 
+@pytest.fixture(autouse=True)
+def _no_remembered_disk_use() -> None:
+    """Project ids come round again from test to test; a figure remembered for one is not another's."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def origin(tmp_path: Path) -> Path:
     """A bare repository with a README, its own CLAUDE.md and a .gitignore for .env."""
