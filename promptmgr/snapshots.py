@@ -180,7 +180,9 @@ def temporary_index(seed: Path | None = None) -> Iterator[dict[str, str]]:
         index = Path(tmp) / "index"
         if seed is not None:
             with contextlib.suppress(FileNotFoundError):
-                shutil.copyfile(seed, index)
+                # copy2 keeps the index's mtime: git re-hashes entries as new as the index
+                # itself ("racily clean"), and a fresh mtime would make it trust them instead.
+                shutil.copy2(seed, index)
         yield {"GIT_INDEX_FILE": str(index)}
 
 

@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 MSG_NOT_TRACKED = (
     "No changes were recorded for this run: its working directory was not a git work tree when it started."
 )
+MSG_NOT_RECORDED = (
+    "This run's changes were not recorded: it ended without its worker (the server stopped or crashed)."
+)
 MSG_RUN_ACTIVE = "The run is still going; its changes are recorded when it ends."
 MSG_ALREADY_REVERTED = "This run's changes were already reverted."
 MSG_NOTHING_TO_REVERT = "This run changed no files."
@@ -237,8 +240,10 @@ def _tracked_run(*, user: Any, run_id: int) -> Run:
         raise NotFound(MSG_NOT_FOUND)
     if run.is_active:
         raise Conflict(MSG_RUN_ACTIVE, code="run_active")
-    if not (run.start_snapshot and run.end_snapshot):
+    if not run.start_snapshot:
         raise Conflict(MSG_NOT_TRACKED, code="changes_not_tracked")
+    if not run.end_snapshot:
+        raise Conflict(MSG_NOT_RECORDED, code="changes_not_recorded")
     return run
 
 

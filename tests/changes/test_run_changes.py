@@ -12,7 +12,8 @@ import pytest
 from django.test import Client
 
 from promptmgr.models import Conversation, Project, Run
-from promptmgr.services import changes
+from promptmgr.services import changes, run_state
+from promptmgr.services.run_state import Outcome
 from tests.changes.support import Ended, make_repo, run_git, run_in, status, write
 
 # The hooks write from worker threads, as in the app: a test transaction would lock them out.
@@ -147,6 +148,19 @@ def test_a_run_outside_git_records_nothing_and_the_endpoints_say_so(
         assert response.json() == {"detail": changes.MSG_NOT_TRACKED, "code": "changes_not_tracked"}
 
 
+def test_a_run_that_ended_without_its_worker_says_its_changes_were_not_recorded(
+    conversation: Conversation, worktree: Path, client_for: ClientFor, alice: Any
+) -> None:
+    # What the recovery sweep leaves: a start snapshot, an ending, no end snapshot.
+    run = Run.objects.create(
+        conversation=conversation, user=alice, prompt="p", workdir=str(worktree), start_snapshot="abc"
+    )
+    run_state.run_finish(run.pk, Outcome(status="failed", error="worker gone"))
+    response = client_for(alice).get(f"/api/runs/{run.pk}/changes")
+    assert response.status_code == 409
+    assert response.json() == {"detail": changes.MSG_NOT_RECORDED, "code": "changes_not_recorded"}
+
+
 def test_a_running_run_has_no_changes_yet(
     conversation: Conversation, worktree: Path, client_for: ClientFor, alice: Any
 ) -> None:
@@ -200,7 +214,8 @@ def test_revert_is_409_while_a_later_run_changed_the_same_file_and_works_once_th
     }
     assert (worktree / "README.md").read_text() == "second\n"
 
-    assert revert(client, second).status_code == 200
+    undo = revert(client, second)
+    assert undo.status_code == 200, undo.content
     assert (worktree / "README.md").read_text() == "first\n"
     assert revert(client, first).status_code == 200
     assert (worktree / "README.md").read_text() == "# Demo\n"

@@ -3,6 +3,7 @@ index, HEAD and branch alone; diffs, restores and commits touch only what they n
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -189,3 +190,13 @@ def test_git_gets_no_server_secrets_and_runs_no_hooks(
     start = snapshots.snapshot(repo)
     snapshots.commit_files(repo, source=start, paths=["x.txt"], author=("A", "a@x"), message="m")
     assert not marker.exists()
+
+
+def test_the_temporary_index_keeps_the_real_ones_mtime(tmp_path: Path) -> None:
+    # git re-hashes an entry as new as its index ("racily clean"); a copy with a fresh mtime
+    # made git trust a same-size edit written in the same clock tick as the index.
+    repo = make_repo(tmp_path / "repo")
+    real = repo / ".git" / "index"
+    os.utime(real, ns=(1_000_000_000, 1_000_000_000))
+    with snapshots.temporary_index(real) as env:
+        assert os.stat(env["GIT_INDEX_FILE"]).st_mtime_ns == 1_000_000_000
