@@ -62,6 +62,7 @@ __all__ = [
     "question_expire",
     "question_result_seen",
     "questions_cancel_for_dead_run",
+    "relay_revoke_for_dead_run",
     "cards_close_for_run",
     "redact_tokens",
     "relay_close",
@@ -86,6 +87,12 @@ async def relay_close(session: RelaySession) -> None:
     remove_secrets(session)
     with contextlib.suppress(redis.RedisError):
         await relay_session_close(session)
+
+
+def relay_revoke_for_dead_run(run_id: int) -> None:
+    """A run whose worker died: its relay token stops working (sync, for the sweep; its
+    secrets directory goes with ``sweep_stale_secrets``)."""
+    live.relay_token_revoke_sync(run_id)
 
 
 def questions_cancel_for_dead_run(run_id: int) -> int:

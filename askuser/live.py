@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from core.events import run_key
-from core.redis import encode_json, get_async_redis, key_prefix
+from core.redis import encode_json, get_async_redis, get_redis, key_prefix
 
 QUESTION_TTL_GRACE = 60  # seconds a question stays cached after it expires
 RELAY_TOKEN_TTL_GRACE = 300
@@ -143,6 +143,15 @@ async def relay_token_revoke(run_id: int) -> None:
     if current is None or current.startswith(ENDED_MARK):
         return
     await client.set(relay_token_key(run_id), ENDED_MARK + current, ex=ENDED_TOKEN_TTL)
+
+
+def relay_token_revoke_sync(run_id: int) -> None:
+    """``relay_token_revoke`` for the sweep, which runs in a thread of its own."""
+    client = get_redis()
+    current: Any = client.get(relay_token_key(run_id))
+    if current is None or current.startswith(ENDED_MARK):
+        return
+    client.set(relay_token_key(run_id), ENDED_MARK + current, ex=ENDED_TOKEN_TTL)
 
 
 # --- Answer hand-off --------------------------------------------------------------------

@@ -245,6 +245,10 @@ def _record_answer(question_id: str, user: Any, form: FormAnswer) -> Question:
 def _prepare_answer(question_id: str, user: Any, body: AnswerIn) -> tuple[Question, FormAnswer]:
     question = _load_for_user(question_id, user)
     _check_open(question)
+    # The worker of the question's run died and no sweep has failed the run yet: nobody
+    # would read this answer. The run fails now, and the answer is refused, not lost.
+    if run_state.run_fail_if_orphaned(question.run_id):
+        raise Gone(MSG_RUN_FINISHED, code="run_finished")
     try:
         form = normalize_answers(question.questions, body)
     except AnswerError as exc:

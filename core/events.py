@@ -149,6 +149,14 @@ async def expire_stream(run_id: int, ttl: int) -> None:
     await pipe.execute()
 
 
+def expire_stream_sync(run_id: int, ttl: int) -> None:
+    """``expire_stream`` for the sweep, which runs in a thread of its own."""
+    pipe = get_redis().pipeline(transaction=False)
+    for key in (events_key(run_id), seq_key(run_id)):
+        pipe.expire(key, ttl)
+    pipe.execute()
+
+
 def stream_clear_sync(run_id: int) -> None:
     """Drop whatever stream a run of this id left, before a new run of the id starts."""
     get_redis().delete(events_key(run_id), seq_key(run_id))

@@ -1,21 +1,122 @@
-"""Start-up and shutdown of a web worker (the ASGI lifespan)."""
+"""Start-up and shutdown of a web worker (the ASGI lifespan), and the drain on SIGTERM.
+
+uvicorn, told to stop, first waits for open connections to close, and only then sends
+the lifespan's shutdown. An SSE stream never closes by itself, so every shutdown would
+last the whole graceful timeout and then cut the streams without a word. Instead, the
+first SIGTERM (or SIGINT) starts the drain at once (``begin_drain``): the runs this
+worker owns are stopped, so their streams end with the runs' closing events; then every
+other open stream ends with a ``reconnect`` event (``sse.event_stream``), so its client
+goes on with another worker, or with this one once it is back.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 from asgiref.sync import sync_to_async
 
 logger = logging.getLogger(__name__)
 
+# How long the drain gives the runs to stop (each reaps its processes within
+# processes.KILL_GRACE), so the whole shutdown stays within about 5 seconds.
+DRAIN_RUNS_TIMEOUT = 4.0
+
+
+class Drain:
+    """A worker's shutdown, as far as its open streams are concerned (one per event loop)."""
+
+    def __init__(self) -> None:
+        self.started = False  # the runs are being stopped
+        self.closing_streams = False  # then the streams are ended
+        self.waiting: set[asyncio.Task[Any]] = set()
+        self.task: asyncio.Task[None] | None = None
+
+
+_drains: dict[int, Drain] = {}
+
+
+def _drain() -> Drain:
+    return _drains.setdefault(id(asyncio.get_running_loop()), Drain())
+
+
+def shutting_down() -> bool:
+    """Whether this worker is ending its open streams (it is shutting down)."""
+    return _drain().closing_streams
+
+
+@contextlib.contextmanager
+def interruptible() -> Iterator[None]:
+    """Around a wait the shutdown should cut short (an SSE stream waiting for events): the
+    drain cancels the waiting task, and ``interrupted`` tells that cancel apart."""
+    drain = _drain()
+    task = asyncio.current_task()
+    assert task is not None
+    drain.waiting.add(task)
+    try:
+        yield
+    finally:
+        drain.waiting.discard(task)
+
+
+def interrupted() -> bool:
+    """Called on CancelledError: True (and the cancel withdrawn) when the drain caused it."""
+    task = asyncio.current_task()
+    if not shutting_down() or task is None:
+        return False
+    task.uncancel()
+    return True
+
+
+def begin_drain() -> None:
+    """Stop this worker's runs, then end every open stream (see the module docstring)."""
+    drain = _drain()
+    if drain.started:
+        return
+    drain.started = True
+    drain.task = asyncio.get_running_loop().create_task(_run_drain(drain), name="drain")
+
+
+async def _run_drain(drain: Drain) -> None:
+    from promptmgr.runner import shutdown_all
+
+    logger.info("shutting down: stopping this worker's runs, then its open streams")
+    # Their streams end with the runs' closing events meanwhile.
+    await shutdown_all(timeout=DRAIN_RUNS_TIMEOUT)
+    drain.closing_streams = True
+    for task in list(drain.waiting):
+        task.cancel()
+
+
+def _drain_on_signals(loop: asyncio.AbstractEventLoop) -> None:
+    """Start the drain when the server is told to stop, then let the server's own handler act.
+
+    Only the main thread may handle signals (uvicorn in a test's thread handles none)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+
+        def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+            loop.call_soon_threadsafe(begin_drain)
+            if callable(previous):
+                previous(signum, frame)
+
+        signal.signal(sig, handler)
+
 
 async def on_startup() -> None:
     """Load the instance id; start the Markdown render process; sweep what a crashed
-    worker left (stale run secrets and runs nobody owns any more) now and then
-    periodically; freeze what start-up loaded out of the garbage collector's way."""
-    from askuser.facade import sweep_stale_secrets
+    worker left (runs nobody owns any more, their secrets and temporary directories) now
+    and then periodically; drain on SIGTERM; freeze what start-up loaded out of the
+    garbage collector's way."""
     from core.redis import load_instance_uid
     from promptmgr.markdown import start_renderer
     from promptmgr.recovery import recover_orphaned_runs, start_sweeper
@@ -24,12 +125,13 @@ async def on_startup() -> None:
     # Before anything touches Redis: every key carries this database's instance id.
     await sync_to_async(load_instance_uid)()
     start_renderer()
+    # Registered first: this worker's id, and where it runs, tell the sweep its
+    # predecessor's process is gone.
+    await start_sweeper()
     await sync_to_async(recover_orphaned_runs)()
     # Clones a stopped worker left in "cloning" past their time limit become retryable.
     await sync_to_async(clones_recover_interrupted)()
-    # After the recovery: the secrets of runs it just failed go too.
-    await sync_to_async(sweep_stale_secrets)()
-    start_sweeper()
+    _drain_on_signals(asyncio.get_running_loop())
     # What start-up loaded (~160k objects: Django, the SDK, the app) lives as long as the
     # worker, and a full collection would walk all of it, stalling every stream of the
     # worker for 77-94 ms; frozen, 0.002 ms (bench/machinery.py): the collector skips it.
@@ -38,12 +140,20 @@ async def on_startup() -> None:
 
 
 async def on_shutdown() -> None:
-    """Stop every run this worker owns, reaping their process groups."""
+    """Stop every run this worker owns, reaping their process trees."""
+    from promptmgr import live
     from promptmgr.recovery import stop_sweeper
-    from promptmgr.runner import shutdown_all
+    from promptmgr.runner import WORKER_ID, shutdown_all
 
+    begin_drain()  # a shutdown that came without a signal (a test's server) drains too
+    drain = _drain()
+    if drain.task is not None:
+        await drain.task
     await stop_sweeper()
     await shutdown_all()
+    with contextlib.suppress(Exception):  # Redis may be gone: the registration lapses anyway
+        await live.worker_forget(WORKER_ID)
+    _drains.pop(id(asyncio.get_running_loop()), None)
     # Collectable again: a process that serves the app more than once (the tests) must
     # not keep what one serving left frozen.
     gc.unfreeze()

@@ -10,10 +10,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
+
 from core.events import run_key
 from core.redis import decode_json, encode_json, get_async_redis, get_redis, key_prefix
 
 CANCEL_TTL = 3600
+# A worker's registration lives this long unless the worker refreshes it (recovery.py).
+WORKER_TTL = 15
+# The concurrency slot sets expire this long after the last claim: no run lasts longer than
+# RUN_MAX_DURATION, so by then none of their members can still be running.
+SLOTS_TTL_GRACE = 600
 # Messages wait at most this long for the run to take them; a sealed inbox refuses new
 # ones for as long (the run has ended: they go as the conversation's next prompt instead).
 INBOX_TTL = 3600
@@ -30,6 +37,11 @@ def cancel_key(run_id: int) -> str:
 def owner_key(run_id: int) -> str:
     """Who runs it: refreshed by the owning worker's every loop turn, gone when it dies."""
     return run_key(run_id, "owner")
+
+
+def worker_key(worker: str) -> str:
+    """A live worker's registration: where it runs (``recovery.locality``), refreshed while it lives."""
+    return f"{key_prefix()}:worker:{worker}"
 
 
 def active_runs_key() -> str:
@@ -66,15 +78,20 @@ if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then return -1 end
 if redis.call('SCARD', KEYS[2]) >= tonumber(ARGV[3]) then return -2 end
 redis.call('SADD', KEYS[1], ARGV[1])
 redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[4]))
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
 return 1
 """
 
 
 async def claim_run_slot(run_id: int, user_id: int, *, per_user: int, total: int) -> int:
     """1 when the run may start, -1 over the user's cap, -2 over the global cap."""
+    ttl = settings.RUN_MAX_DURATION + SLOTS_TTL_GRACE
     client = get_async_redis()
     script = client.register_script(_CLAIM_SLOT_LUA)
-    return int(await script(keys=[user_runs_key(user_id), active_runs_key()], args=[run_id, per_user, total]))
+    return int(
+        await script(keys=[user_runs_key(user_id), active_runs_key()], args=[run_id, per_user, total, ttl])
+    )
 
 
 async def run_slot_holders(user_id: int) -> set[int]:
@@ -117,6 +134,26 @@ async def set_owner(run_id: int, worker: str, *, ttl: int) -> None:
 
 def has_owner_sync(run_id: int) -> bool:
     return bool(get_redis().exists(owner_key(run_id)))
+
+
+def owner_sync(run_id: int) -> str | None:
+    """The worker that owns the run, while its owner key lives."""
+    owner = get_redis().get(owner_key(run_id))
+    return None if owner is None else str(owner)
+
+
+async def worker_register(worker: str, locality: str, *, ttl: int) -> None:
+    await get_async_redis().set(worker_key(worker), locality, ex=ttl)
+
+
+async def worker_forget(worker: str) -> None:
+    await get_async_redis().delete(worker_key(worker))
+
+
+def worker_locality_sync(worker: str) -> str | None:
+    """Where a registered worker runs; None once its registration lapsed (it is gone)."""
+    locality = get_redis().get(worker_key(worker))
+    return None if locality is None else str(locality)
 
 
 async def clear_control(run_id: int) -> None:

@@ -26,6 +26,7 @@ from core import events as live_events
 from core.events import Event, RunTail
 from core.redis import encode_json, outage_seconds, outage_seen
 
+from . import lifecycle
 from .services.runs import run_is_active, stored_events
 
 logger = logging.getLogger(__name__)
@@ -114,12 +115,13 @@ class RunEventSource:
             self._tail = None
 
 
-def reconnect_event(after: int) -> bytes:
+def reconnect_event(after: int, *, reason: str = "unavailable") -> bytes:
     """The end of a stream that cannot go on now: the client reconnects from ``after``.
 
     Its id repeats the last event's, so the reconnection resumes exactly there.
+    ``reason``: "unavailable" (Redis), or "shutdown" (this worker is stopping).
     """
-    data = encode_json({"reason": "unavailable", "retry_ms": RECONNECT_RETRY_MS})
+    data = encode_json({"reason": reason, "retry_ms": RECONNECT_RETRY_MS})
     return f"retry: {RECONNECT_RETRY_MS}\nid: {after}\nevent: reconnect\ndata: {data}\n\n".encode()
 
 
@@ -139,8 +141,13 @@ async def event_stream(
     unavailable_since: float | None = None
     try:
         while True:
+            if lifecycle.shutting_down():
+                yield reconnect_event(after, reason="shutdown")
+                return
             try:
-                batch = await source.next_batch(after, closing_grace if closing else heartbeat)
+                # The worker's shutdown cuts the wait short (lifecycle.begin_drain).
+                with lifecycle.interruptible():
+                    batch = await source.next_batch(after, closing_grace if closing else heartbeat)
             except SourceUnavailable:
                 now = loop.time()
                 unavailable_since = unavailable_since or now
@@ -175,8 +182,11 @@ async def event_stream(
                 # written: wait for them rather than end the stream with a made-up "done".
                 closing = await source.finished()
     except asyncio.CancelledError:
-        logger.debug("SSE client went away at event %s", after)
-        raise
+        if not lifecycle.interrupted():
+            logger.debug("SSE client went away at event %s", after)
+            raise
+        # This worker is shutting down: the client goes on elsewhere, from this event.
+        yield reconnect_event(after, reason="shutdown")
     except Exception:
         # A broken body would leave the client guessing; end cleanly and let it come back.
         logger.exception("the event stream of a run failed at event %s", after)

@@ -86,6 +86,14 @@ class Outcome:
     result: dict[str, Any] | None = None
 
 
+def run_fail_if_orphaned(run_id: int) -> bool:
+    """Fail the run now if the worker that owns it is gone (``promptmgr.recovery``);
+    True when it did. For askuser, which must not act for a dead run."""
+    from promptmgr.recovery import run_recover_if_orphaned
+
+    return run_recover_if_orphaned(run_id)
+
+
 def run_finish(run_id: int, outcome: Outcome) -> bool:
     """Record the run's ending; raises IllegalTransition when it had ended already."""
     if outcome.status not in TERMINAL_STATUSES:
