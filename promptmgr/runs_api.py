@@ -194,3 +194,13 @@ def get_conversation(request: HttpRequest, conversation_id: int) -> Any:
         "updated_at": conversation.updated_at,
         "runs": runs_service.conversation_history(conversation),
     }
+
+
+@router.delete(
+    "/conversations/{conversation_id}",
+    response={204: None, **errors(401, 403, 404, 409, 422)},
+    summary="Delete a conversation; its worktree goes, its branch stays",
+)
+def delete_conversation(request: HttpRequest, conversation_id: int) -> Status[None]:
+    runs_service.conversation_delete(user=request.user, conversation_id=conversation_id)
+    return Status(204, None)

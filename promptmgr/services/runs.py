@@ -13,7 +13,7 @@ from django.db import transaction
 
 from askuser import facade as askuser
 from core import events
-from core.errors import Conflict, Invalid, NotFound, TooMany
+from core.errors import Conflict, Forbidden, Invalid, NotFound, TooMany
 from core.events import Event
 from core.redis import get_async_redis
 from promptmgr import live, runner
@@ -31,6 +31,7 @@ MSG_USER_CAP = "You already have {limit} runs going; wait for one to finish or c
 MSG_GLOBAL_CAP = "The server is at its limit of {limit} concurrent runs; try again shortly."
 MSG_NOT_FOUND = "Not found."
 MSG_ALREADY_FINISHED = "This run has already finished."
+MSG_DELETE_NOT_YOURS = "Only the conversation's author or the project's owner can delete it."
 
 
 def project_visible(*, user: Any, project_id: int) -> Project:
@@ -98,6 +99,20 @@ def _create_run(*, user: Any, project_id: int, prompt: str, conversation_id: int
             prompt=text,
             workdir=str(workdir),
         )
+
+
+def conversation_delete(*, user: Any, conversation_id: int) -> None:
+    """Its author or the project's owner deletes a conversation with no run going.
+
+    Its runs and their events go with it; once that is committed its worktree is removed,
+    what was uncommitted there committed on its branch, which stays (``signals``).
+    """
+    conversation = conversation_visible(user=user, conversation_id=conversation_id)
+    if user.pk not in (conversation.user_id, conversation.project.owner_id):
+        raise Forbidden(MSG_DELETE_NOT_YOURS, code="not_yours")
+    if conversation.runs.active().exists():
+        raise Conflict(MSG_CONVERSATION_BUSY, code="conversation_busy")
+    conversation.delete()
 
 
 def _discard_run(run_id: int) -> None:
