@@ -1,0 +1,80 @@
+"""SIGTERM during a run: every open stream ends with a closing event, nothing answers 500,
+no process of the run is left, and the server is gone within 5 seconds."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from promptmgr.models import Run, RunStatus
+from promptmgr.runner import MSG_SHUTDOWN
+from tests.crash.conftest import ServerProcess
+from tests.crash.test_killed_owner import alive, waiting_run
+from tests.helpers import SSEEvent, make_project, read_sse
+
+pytestmark = pytest.mark.e2e
+
+StartServer = Callable[..., ServerProcess]
+SHUTDOWN_LIMIT = 5.0
+
+
+class Watcher:
+    """A browser's stream of a run, read to its end in a thread of its own."""
+
+    def __init__(self, client: httpx.Client, run_id: int) -> None:
+        self.events: list[SSEEvent] = []
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._read, args=(client, run_id), daemon=True)
+        self._thread.start()
+
+    def _read(self, client: httpx.Client, run_id: int) -> None:
+        def keep(event: SSEEvent) -> bool:
+            self.events.append(event)
+            return event.event in ("done", "reconnect")
+
+        try:
+            read_sse(client, f"/api/runs/{run_id}/events", until=keep, timeout=60)
+        except BaseException as exc:  # the end of the body is what the test looks at
+            self.error = exc
+
+    def join(self) -> list[SSEEvent]:
+        self._thread.join(timeout=30)
+        assert not self._thread.is_alive(), "the stream never ended"
+        return self.events
+
+
+def test_sigterm_ends_every_stream_with_a_closing_event_and_the_server_within_5_seconds(
+    start_server: StartServer, dora: Any
+) -> None:
+    project = make_project(owner=dora, engine="cli")
+    stopping = start_server()
+    elsewhere = start_server()
+    own = waiting_run(stopping, project)
+    # A run another server owns, watched through the one that stops.
+    foreign = waiting_run(elsewhere, make_project(owner=dora, engine="cli"))
+    own_stream = Watcher(stopping.login("dora"), own["run_id"])
+    foreign_stream = Watcher(stopping.login("dora"), foreign["run_id"])
+    time.sleep(1)  # both streams are open and waiting
+
+    took = stopping.terminate()
+
+    assert took <= SHUTDOWN_LIMIT, f"the shutdown took {took:.2f}s"
+    own_events = own_stream.join()
+    assert (own_events[-2].event, own_events[-1].event) == ("run_status", "done")
+    assert own_events[-1].data == {"status": "cancelled"}
+    foreign_events = foreign_stream.join()
+    assert foreign_events[-1].event == "reconnect"
+    assert foreign_events[-1].data["reason"] == "shutdown"
+    run = Run.objects.get(pk=own["run_id"])
+    assert (run.status, run.error) == (RunStatus.CANCELLED, MSG_SHUTDOWN)
+    assert alive(own["pids"]) == []
+    # The other server's run goes on untouched.
+    assert Run.objects.get(pk=foreign["run_id"]).status == RunStatus.WAITING_FOR_USER
+    log = stopping.log.read_text()
+    assert " 500 " not in log and "Traceback" not in log, log[-3000:]
+    print(f"\nSIGTERM -> server exited in {took:.2f}s")
