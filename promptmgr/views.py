@@ -33,6 +33,8 @@ from promptmgr.services.projects import (
 from promptmgr.services.worktrees import project_disk_bytes
 
 PROJECT_CREATED = "Project “{name}” created."
+# Stands in for a question id in the late-answer URL the chat script fills in ("{id}").
+ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 SETTINGS_SAVED = "Settings saved."
 MEMBER_ADDED = "{username} can now open this project."
 MEMBER_REMOVED = "{username} no longer has access to this project."
@@ -69,6 +71,8 @@ def project_list(request: HttpRequest) -> HttpResponse:
 def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
     project = project_for_user(user=request.user, project_id=project_id)
 
+    late_answer_url = reverse("api:late_answer", kwargs={"question_id": ZERO_UUID}).replace(ZERO_UUID, "{id}")
+
     def with_id_slot(name: str, kwarg: str) -> str:
         # The chat script fills in "{id}"; reverse() needs a real id, so 0 stands in for it.
         head, _, tail = reverse(name, kwargs={kwarg: 0}).rpartition("/0")
@@ -81,6 +85,8 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "cancel_url": with_id_slot("api:cancel_run", "run_id"),
         "submit_answer_url": reverse("api:submit_answer"),
         "submit_decision_url": reverse("api:submit_decision"),
+        "messages_url": with_id_slot("api:send_message", "run_id"),
+        "late_answer_url": late_answer_url,
         "markdown_url": reverse("markdown_preview"),
         "changes_url": with_id_slot("api:run_changes", "run_id"),
         "revert_url": with_id_slot("api:revert_run", "run_id"),

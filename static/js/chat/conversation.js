@@ -7,6 +7,7 @@ import { PermissionCard } from "./permission-card.js";
 import { QuestionCard } from "./question-card.js";
 import { ACTIVE_STATUSES, RunView, STATUS_LABELS } from "./render.js";
 import { RunStream } from "./stream.js";
+import { Talk } from "./talk.js";
 
 // After an answer, the first of these shows Claude went on: the answered card collapses.
 const CONTINUATION_EVENTS = new Set(["tool_result", "assistant_text", "text_delta", "done"]);
@@ -34,6 +35,7 @@ export class ConversationView {
     this.streams = new Map();
     this.cards = new Map();
     this.changesCards = new Map(); // run id → its changes card
+    this.talk = new Talk(this);
     parts.cancel.addEventListener("click", () => this.cancel());
   }
 
@@ -136,6 +138,15 @@ export class ConversationView {
     return run;
   }
 
+  /** A run the conversation went on with (a message or a late answer started it): show and follow it. */
+  followRun(runId, eventsUrl) {
+    if (this.runs.has(runId) || !eventsUrl) return;
+    const run = this.addRun(runId);
+    run.status = "queued";
+    this.follow(run, eventsUrl);
+    this.refreshHeader();
+  }
+
   follow(run, eventsUrl) {
     const stream = new RunStream(eventsUrl, {
       after: run.lastId,
@@ -213,6 +224,7 @@ export class ConversationView {
       default:
         break;
     }
+    this.talk.handle(run, name, data);
     run.updateWorking();
     if (name === "run_status" || name === "done") this.refreshHeader();
     if (follow) scrollToEnd(this.parts.stream);

@@ -65,13 +65,24 @@ const view = new ConversationView({
   },
 });
 
+// The composer stays usable while Claude works: a message then goes into the running turn.
 function updateComposer() {
-  const locked = sending || view.busy;
-  prompt.disabled = locked;
-  sendButton.disabled = locked;
+  prompt.disabled = sending;
+  sendButton.disabled = sending;
   prompt.placeholder = view.busy
-    ? "Claude is working — you can send the next prompt when this run ends"
+    ? "Claude is working — your message goes into the running turn"
     : "Message Claude — Enter to send, Shift+Enter for a new line";
+}
+
+/** Into the running turn; once the run has ended (410), as the conversation's next prompt. */
+async function sendWhileBusy(text) {
+  try {
+    await view.talk.sendMessage(text);
+    return null;
+  } catch (error) {
+    if (error.status !== 410) throw error;
+    return view.start(text);
+  }
 }
 
 function showComposerError(text) {
@@ -116,17 +127,17 @@ function navigate(conversationId) {
 
 async function send() {
   const text = prompt.value.trim();
-  if (!text || sending || view.busy) return;
+  if (!text || sending) return;
   askNotificationPermissionOnce();
   sending = true;
   updateComposer();
   showComposerError("");
   try {
-    const started = await view.start(text);
+    const started = view.busy ? await sendWhileBusy(text) : await view.start(text);
     prompt.value = "";
     fitPrompt();
     // The user may have opened another conversation while the prompt was on its way.
-    if (view.id === started.conversation_id) {
+    if (started && view.id === started.conversation_id) {
       setUrl(started.conversation_id, true);
       sidebar.highlight(started.conversation_id);
     }

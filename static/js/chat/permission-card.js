@@ -62,6 +62,8 @@ export class PermissionCard {
     this.status = el("p", { class: "pcard-status", role: "status", hidden: true });
     this.outcome = el("span", { class: "pcard-outcome" });
     this.preview = renderPreview(data.preview, data.input);
+    // What the answering policy said (policy-note.js).
+    this.policy = el("div", { class: "pcard-policy" });
     // What the card folds to once it is over: the outcome, then the tool and what it would have done.
     this.summary = el(
       "p",
@@ -98,6 +100,7 @@ export class PermissionCard {
       this.preview,
       this.form,
       this.summary,
+      this.policy,
     );
     this.message.addEventListener("keydown", (event) => {
       if (event.key !== "Enter" || event.shiftKey || event.isComposing) return;
@@ -179,6 +182,11 @@ export class PermissionCard {
     const known = ["allow", "always", "deny"].includes(data.decision);
     this.close(known ? `is-decided is-${data.decision}` : "is-decided", decisionText(data), "");
     this.setState("decided");
+  }
+
+  /** Show what the answering policy said (a node from policy-note.js). */
+  showPolicy(node) {
+    this.policy.replaceChildren(node);
   }
 
   /** permission_expired: nobody decided in time, or the run ended first. A decision stands. */

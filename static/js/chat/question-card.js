@@ -35,6 +35,8 @@ export class QuestionCard {
     this.error = el("p", { class: "qcard-error", role: "alert", hidden: true });
     this.status = el("p", { class: "qcard-status", role: "status", hidden: true });
     this.summary = el("div", { class: "qcard-summary", hidden: true });
+    // What the answering policy said (policy-note.js); kept when the summary is redrawn.
+    this.policy = el("div", { class: "qcard-policy" });
     this.sendButton = el("button", { type: "submit", class: "qcard-send", text: "Send answer" });
     this.form = el(
       "form",
@@ -63,6 +65,7 @@ export class QuestionCard {
       el("div", { class: "qcard-top" }, this.badge, this.countdown.element),
       this.form,
       this.summary,
+      this.policy,
       this.status,
     );
     this.form.addEventListener("submit", (event) => {
@@ -142,7 +145,7 @@ export class QuestionCard {
   }
 
   async send() {
-    if (this.state !== "pending") return;
+    if (this.state !== "pending" && this.state !== "reopened") return;
     const missing = this.fields.filter((field) => !field.answered());
     for (const field of this.fields) field.setMissing(missing.includes(field));
     if (missing.length) {
@@ -156,10 +159,17 @@ export class QuestionCard {
     this.setState("sending");
     this.setFormDisabled(true);
     this.showStatus("Sending your answer…", true);
+    let result;
     try {
-      await this.submitAnswer(this.body());
+      result = await this.submitAnswer(this.body());
     } catch (error) {
       this.onSubmitError(error);
+      return;
+    }
+    if (this.afterSend && this.state === "sending") {
+      // A late answer: no ask_user_answered follows; the card tells how it reached Claude.
+      this.setState("late");
+      this.afterSend(result);
       return;
     }
     if (this.state === "sending") {
@@ -174,7 +184,8 @@ export class QuestionCard {
     const detail = error.detail || String(error);
     if (error.status === 409) {
       this.setState("sent");
-      this.showStatus("This question was already answered, perhaps in another tab.", true);
+      const already = "This question was already answered, perhaps in another tab.";
+      this.showStatus(error.code === "already_taken" ? detail : already, true);
     } else if (error.status === 410) {
       this.close("is-expired", "Question closed", detail);
     } else {
@@ -211,6 +222,8 @@ export class QuestionCard {
 
   /** Claude went on after the answer (its tool result, text, or the run's end): collapse. */
   markContinued() {
+    // Claude took the answer: the policy's can no longer be overridden.
+    this.policy.querySelector(".policy-override-note")?.remove();
     if (this.state !== "sent" || !this.answer) return;
     const data = this.answer;
     const lines = answerLines(`${answeredBy(data, this.username)} answered`, this.questions, data.answers || {}, "answer");
@@ -250,6 +263,30 @@ export class QuestionCard {
   markOrphaned() {
     if (this.state === "sent" && this.answer) this.markContinued();
     else if (this.pending || this.state === "sent") this.markExpired({ reason: "cancelled" });
+  }
+
+  /** Show what the answering policy said (a node from policy-note.js). */
+  showPolicy(node) {
+    this.policy.replaceChildren(node);
+  }
+
+  /**
+   * Open the form again: a late answer to a question that timed out, or a member's answer
+   * in place of the policy's. ``afterSend`` (late answers) gets the response.
+   */
+  reopen({ label, submit, afterSend = null }) {
+    this.submitAnswer = submit;
+    this.afterSend = afterSend;
+    this.answer = null;
+    this.submitted = false;
+    this.policy.querySelector(".policy-override-note")?.remove();
+    this.element.classList.remove("is-expired", "is-sent", "is-answered");
+    this.form.hidden = false;
+    this.setFormDisabled(false);
+    this.sendButton.textContent = label;
+    this.status.hidden = true;
+    this.state = "reopened";
+    this.focus();
   }
 
   /** The question in one line, for a card whose inputs are hidden; a form's list names them. */

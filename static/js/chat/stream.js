@@ -19,6 +19,10 @@ export const EVENT_NAMES = [
   "permission_decided",
   "permission_expired",
   "changes",
+  "policy_decision",
+  "user_message",
+  "user_message_delivered",
+  "user_message_undelivered",
   "done",
 ];
 
