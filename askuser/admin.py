@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
-from askuser.models import PermissionRequest, Question
+from askuser.models import PermissionRequest, PolicyAnswer, Question
 
 
 @admin.register(Question)
@@ -37,6 +37,23 @@ class PermissionRequestAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: PermissionRequest | None = None) -> list[str]:
         return [field.name for field in PermissionRequest._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(PolicyAnswer)
+class PolicyAnswerAdmin(admin.ModelAdmin):
+    """Every decision of the answering policy: its reasoning, the model's usage, what became of it."""
+
+    list_display = ["__str__", "run", "mode", "decision", "reserved", "outcome", "model", "created_at"]
+    list_select_related = ["run"]
+    list_filter = ["mode", "decision", "outcome"]
+    search_fields = ["reasoning", "model"]
+    date_hierarchy = "created_at"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: PolicyAnswer | None = None) -> list[str]:
+        return [field.name for field in PolicyAnswer._meta.fields]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

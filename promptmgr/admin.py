@@ -66,6 +66,17 @@ class ProjectAdmin(admin.ModelAdmin):
         (None, {"fields": ["name", "owner", "members", "context"]}),
         ("Claude", {"fields": ["engine", "permission_mode", "model"]}),
         ("Ask-user", {"fields": ["ask_user_enabled", "ask_user_timeout"]}),
+        (
+            "Answering by policy",
+            {
+                "fields": [
+                    "answer_policy",
+                    "answer_policy_delay",
+                    "answer_policy_instructions",
+                    "answer_policy_permissions",
+                ]
+            },
+        ),
         ("Changes", {"fields": ["commit_after_run"]}),
         ("History", {"fields": ["created_at", "updated_at"]}),
     ]
