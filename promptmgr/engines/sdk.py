@@ -52,6 +52,8 @@ MSG_SDK_FAILED = "Claude Agent SDK: {error}"
 # saves the session meanwhile), then reaps the tree: ~13 s at worst.
 DISCONNECT_TIMEOUT = 30.0
 CAUGHT_UP_TIMEOUT = 2.0
+# How long a message sent while the CLI starts waits for the prompt to be written first.
+PROMPT_WAIT = 30.0
 # Task types whose completion starts another turn (the SDK's DEFERRING_TASK_TYPES).
 AGENT_TASK_TYPES = frozenset({"local_agent", "local_workflow"})
 
@@ -189,6 +191,7 @@ class SDKTurn:
         self._ended = False
         self._exit_code: int | None = None
         self._agents: set[str] = set()
+        self._prompt_sent = asyncio.Event()
         # The prompt and the messages sent while Claude works (engines.inbox); the input
         # ends once they are settled and no delegated agent still runs.
         self.input = TurnInput(write=self._write_input, end=self._end_input, may_end=lambda: not self._agents)
@@ -223,6 +226,9 @@ class SDKTurn:
             process.input.close()
 
     async def send_message(self, text: str, message_id: str) -> bool:
+        # A message sent while the CLI still starts waits for the prompt to go first.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._prompt_sent.wait(), PROMPT_WAIT)
         return await self.input.send(text, message_id)
 
     def take_deliveries(self) -> list[Delivery]:
@@ -246,6 +252,7 @@ class SDKTurn:
                 return
             # The input's first stream-json message, with its uuid (query() sends none).
             await self.input.send_prompt(prompt, prompt_id)
+            self._prompt_sent.set()
             async for message in self._client.receive_messages():
                 track_agents(self._agents, message)
                 if isinstance(message, ResultMessage | TaskNotificationMessage | TaskUpdatedMessage):
