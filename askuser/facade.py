@@ -23,6 +23,7 @@ from .approvals import (
 from .delivery import ASK_TOOL_NAMES, MCP_ASK_TOOL, SDK_ASK_TOOL, question_result_seen
 from .late import LateAnswer, late_answer_delivered, late_answer_record
 from .models import Question, QuestionSource, QuestionStatus
+from .policy import stop_all as policy_stop_all
 from .runtime import (
     DeltaRedactor,
     RelaySession,
@@ -51,6 +52,7 @@ __all__ = [
     "LateAnswer",
     "late_answer_delivered",
     "late_answer_record",
+    "policy_stop_all",
     "permission_request_create",
     "permission_wait",
     "request_withdraw",

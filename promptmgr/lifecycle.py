@@ -141,6 +141,7 @@ async def on_startup() -> None:
 
 async def on_shutdown() -> None:
     """Stop every run this worker owns, reaping their process trees."""
+    from askuser import facade as askuser
     from promptmgr import live
     from promptmgr.recovery import stop_sweeper
     from promptmgr.runner import WORKER_ID, shutdown_all
@@ -151,6 +152,8 @@ async def on_shutdown() -> None:
         await drain.task
     await stop_sweeper()
     await shutdown_all()
+    # Policy agents still thinking, or waiting out their delay, stop with the worker.
+    await askuser.policy_stop_all()
     with contextlib.suppress(Exception):  # Redis may be gone: the registration lapses anyway
         await live.worker_forget(WORKER_ID)
     _drains.pop(id(asyncio.get_running_loop()), None)
