@@ -77,4 +77,5 @@ bench: $(VENV)/.installed-app
 	$(PY) bench/approval_latency.py
 	$(PY) bench/decision_path.py
 	$(PY) bench/machinery.py
+	$(PY) bench/streams_footprint.py
 	$(PY) bench/workspace_git.py

@@ -1,16 +1,17 @@
 """What open SSE streams cost the web worker, and whether it gives it back when they close.
 
-Run: ``.venv/bin/python bench/streams_footprint.py`` (about a minute on 2 cores);
+Run: ``.venv/bin/python bench/streams_footprint.py`` (about 90 seconds on 2 cores);
 ``--json`` prints the figures as one JSON object on the last line (the load test in
 ``tests/hardening/test_stream_footprint.py`` reads it).
 
 A private stack (``bench/harness.py``): uvicorn serving the app as its own process, the
-scripted model, the bundled CLI, Redis. One warm-up run streamed by a few clients, then
-the worker's footprint at rest (*idle*). Then ``--runs`` runs start at once, each a
-slowly paced reply (a text delta every ``--pace-ms``), and ``--streams`` SSE clients
-spread over them, each on a connection of its own; while all are open the footprint is
-*peak*. The clients read until ``done`` and close; a moment later the footprint is
-*after*, which should be back within 10% of *idle*.
+scripted model, the bundled CLI, Redis. ``--runs`` runs start at once, each a slowly
+paced reply (a text delta every ``--pace-ms``), each watched by one client: the warm-up
+(what runs leave warm is no cost of streams); the worker's footprint at rest is *idle*.
+Then the same runs again, with ``--streams`` SSE clients spread over them, each on a
+connection of its own; while all are open the footprint is *peak*. The clients read
+until ``done`` and close; once the worker has settled the footprint is *after*, which
+should be back within 10% of *idle*.
 
 The footprint of the worker process: its threads, open file descriptors and resident
 size (``/proc/PID``), and its TCP connections to Redis (its sockets whose peer is the
@@ -91,15 +92,16 @@ def footprint(pid: int, redis_port: int) -> Footprint:
     )
 
 
-def settled(pid: int, redis_port: int, *, seconds: float = 3.0) -> Footprint:
-    """The footprint once it stops moving (closed sockets and ended threads take a moment)."""
-    time.sleep(seconds / 3)
+def settled(pid: int, redis_port: int, *, seconds: float = 6.0) -> Footprint:
+    """The footprint once it stops moving: closed sockets, ended threads and the worker's
+    clean-up after its last stream (a few seconds later) take a moment."""
+    time.sleep(seconds)
     last = footprint(pid, redis_port)
-    deadline = time.monotonic() + seconds * 3
+    deadline = time.monotonic() + seconds * 2
     while time.monotonic() < deadline:
-        time.sleep(seconds / 3)
+        time.sleep(1)
         now = footprint(pid, redis_port)
-        if (now.threads, now.fds, now.redis_connections) == (last.threads, last.fds, last.redis_connections):
+        if now == last:
             return now
         last = now
     return last
@@ -127,6 +129,29 @@ async def _read_to_done(app_url: str, cookies: httpx.Cookies, events_url: str, o
     raise RuntimeError(f"{events_url} ended without done")
 
 
+async def _runs_with_streams(
+    stack: harness.Stack, client: httpx.AsyncClient, args: argparse.Namespace, *, streams: int
+) -> tuple[Footprint, int]:
+    """``--runs`` runs at once, ``streams`` clients spread over them, each read to ``done``;
+    returns the footprint while all clients were connected, and the events they received."""
+    pid = stack.app_pid
+    redis_port = urlparse(stack.redis_url).port or 6379
+    urls = [
+        await app_client.start_run(client, stack.project_id, paced_script(args.deltas, args.pace_ms))
+        for _ in range(args.runs)
+    ]
+    opened = [asyncio.Event() for _ in range(streams)]
+    readers = [
+        asyncio.create_task(_read_to_done(stack.app_url, client.cookies, urls[i % len(urls)], event))
+        for i, event in enumerate(opened)
+    ]
+    await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opened)), timeout=60)
+    # Every client is connected and every run streams: the footprint under load.
+    await asyncio.sleep(1)
+    peak = await asyncio.to_thread(footprint, pid, redis_port)
+    return peak, sum(await asyncio.gather(*readers))
+
+
 @dataclass
 class Results:
     idle: Footprint
@@ -143,28 +168,13 @@ async def measure(stack: harness.Stack, args: argparse.Namespace) -> Results:
     redis_port = urlparse(stack.redis_url).port or 6379
     client = await app_client.login(stack.app_url)
     try:
-        # Warm-up: whatever a first run and a first stream load stays loaded (the CLI's
-        # spawn path, the Markdown renderer); it belongs to the idle footprint.
-        url = await app_client.start_run(client, stack.project_id, paced_script(5, 20))
-        opened = [asyncio.Event() for _ in range(5)]
-        await asyncio.gather(*(_read_to_done(stack.app_url, client.cookies, url, o) for o in opened))
+        # Warm-up: the same runs, each watched by one client. What runs leave warm (the
+        # CLI's spawn path, the Markdown renderer, SQLite's page cache, executor threads)
+        # is no cost of the streams, so it belongs to the idle footprint.
+        await _runs_with_streams(stack, client, args, streams=args.runs)
         idle = await asyncio.to_thread(settled, pid, redis_port)
-
         started = time.monotonic()
-        urls = [
-            await app_client.start_run(client, stack.project_id, paced_script(args.deltas, args.pace_ms))
-            for _ in range(args.runs)
-        ]
-        opened = [asyncio.Event() for _ in range(args.streams)]
-        readers = [
-            asyncio.create_task(_read_to_done(stack.app_url, client.cookies, urls[i % len(urls)], event))
-            for i, event in enumerate(opened)
-        ]
-        await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opened)), timeout=60)
-        # Every client is connected and every run streams: the footprint under load.
-        await asyncio.sleep(1)
-        peak = await asyncio.to_thread(footprint, pid, redis_port)
-        received = sum(await asyncio.gather(*readers))
+        peak, received = await _runs_with_streams(stack, client, args, streams=args.streams)
         seconds = time.monotonic() - started
         after = await asyncio.to_thread(settled, pid, redis_port)
     finally:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import ctypes
+import gc
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -260,27 +262,49 @@ class RunTail:
     batch to whoever waits, so a hundred clients of a run cost one connection and one
     read, not a hundred. Through an outage it retries with backoff, and resumes from the
     last event it saw. Clients catch up on older events with ``read_events`` themselves.
+
+    It stops, closing its connection, ``LINGER`` seconds after its last waiter left: a
+    stream whose client went away is not always closed at once (Django leaves a stream's
+    generator suspended when the client disconnects), so nothing waits for that.
     """
 
     BLOCK_MS = 10_000
+    LINGER = 2.0
 
     def __init__(self, run_id: int, after: int) -> None:
         loop = asyncio.get_running_loop()
         self.run_id = run_id
         self.last_id = after
-        self.users = 0
         self.loop = loop
+        self.waiters = 0
+        self.stopped = False
+        self._idle_since = loop.time()
         self._next: asyncio.Future[list[Event]] = loop.create_future()
         # A fresh context: the tail outlives the request that started it.
         self._task = loop.create_task(self._read(), name=f"tail-{run_id}", context=contextvars.Context())
 
     async def wait(self, after: int, timeout: float) -> list[Event]:
         """Events with id > ``after`` among the next batch, if it comes within ``timeout``."""
+        self.waiters += 1
         try:
             batch = await asyncio.wait_for(asyncio.shield(self._next), timeout)
         except TimeoutError:
             return []
+        finally:
+            self.waiters -= 1
+            if not self.waiters:
+                self._idle_since = self.loop.time()
+                self.loop.call_later(self.LINGER, self._stop_if_unused)
         return [event for event in batch if event.id > after]
+
+    def _stop_if_unused(self) -> None:
+        if self.waiters or self.stopped:
+            return
+        idle = self.loop.time() - self._idle_since
+        if idle >= self.LINGER:
+            self.close()
+        else:  # a waiter came and went meanwhile: look again when its linger is over
+            self.loop.call_later(self.LINGER - idle, self._stop_if_unused)
 
     async def _read(self) -> None:
         client = blocking_client()
@@ -313,29 +337,46 @@ class RunTail:
 
     def close(self) -> None:
         """Stop reading; the task closes its connection as it ends."""
+        self.stopped = True
+        if _tails.get((id(self.loop), self.run_id)) is self:
+            del _tails[(id(self.loop), self.run_id)]
         self._task.cancel()
         # Held until it has finished: the loop keeps only weak references to tasks.
         _closing.add(self._task)
         self._task.add_done_callback(_closing.discard)
+        if not any(loop_id == id(self.loop) for loop_id, _run in _tails):
+            self.loop.call_later(self.LINGER, _collect_what_streams_left, self.loop)
 
 
 _closing: set[asyncio.Task[None]] = set()
 _tails: dict[tuple[int, int], RunTail] = {}
 
+_malloc_trim: Any
+try:
+    _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+except (OSError, AttributeError):  # not glibc
+    _malloc_trim = None
 
-def tail_acquire(run_id: int, after: int) -> RunTail:
-    """The run's tail in this event loop, started at ``after`` if there is none yet."""
+
+def _collect_what_streams_left(loop: asyncio.AbstractEventLoop) -> None:
+    """Nobody watches a run in this worker any more: give back what the streams used.
+
+    Django leaves the generator of a stream whose client went away suspended, in a
+    reference cycle, for the garbage collector; a full collection frees those now (cheap:
+    what start-up loaded is frozen, ``promptmgr.lifecycle``), and ``malloc_trim`` hands
+    the freed heap back to the OS instead of keeping it for a next crowd.
+    """
+    if any(loop_id == id(loop) for loop_id, _run in _tails):
+        return
+    gc.collect()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def run_tail(run_id: int, after: int) -> RunTail:
+    """The run's tail in this event loop, started at ``after`` if none is running."""
     loop = asyncio.get_running_loop()
     tail = _tails.get((id(loop), run_id))
-    if tail is None or tail.loop is not loop:
+    if tail is None or tail.loop is not loop or tail.stopped:
         tail = _tails[(id(loop), run_id)] = RunTail(run_id, after)
-    tail.users += 1
     return tail
-
-
-def tail_release(tail: RunTail) -> None:
-    """A client of the tail is done; the last one to leave stops it and its connection."""
-    tail.users -= 1
-    if tail.users <= 0:
-        _tails.pop((id(tail.loop), tail.run_id), None)
-        tail.close()

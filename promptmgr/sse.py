@@ -5,8 +5,9 @@ feed it a finite source. Any worker can serve any run's events: they live in Red
 in the database once the run has ended and its stream expired).
 
 An open stream costs no thread and no connection of its own: the clients of a run share
-one Redis reader per worker (``core.events.RunTail``), and the database is asked only
-when a stream starts, at each heartbeat and when Redis no longer has the events. When
+one Redis reader per worker (``core.events.RunTail``, which stops once nobody waits on
+it), and the database is asked only when a stream starts, at each heartbeat and when
+Redis no longer has the events. When
 Redis is unreachable the stream keeps waiting, with heartbeats, and carries on from where
 it was when Redis is back; past ``REDIS_OUTAGE_SECONDS`` it ends cleanly, with a retry
 hint and a ``reconnect`` event, never with a broken body.
@@ -99,20 +100,20 @@ class RunEventSource:
         return []
 
     async def _from_redis(self, after: int, wait_seconds: float) -> list[Event]:
-        if self._tail is None:
-            self._tail = live_events.tail_acquire(self.run_id, after)
-        if after < self._tail.last_id:
+        tail = self._tail
+        if tail is None or tail.stopped:
+            tail = self._tail = live_events.run_tail(self.run_id, after)
+        if after < tail.last_id:
             # Behind the shared reader: catch up on what it has passed.
             return await _limited(live_events.read_events(self.run_id, after))
-        return await self._tail.wait(after, wait_seconds)
+        return await tail.wait(after, wait_seconds)
 
     async def finished(self) -> bool:
         return not await sync_to_async(run_is_active)(self.run_id)
 
     def close(self) -> None:
-        if self._tail is not None:
-            live_events.tail_release(self._tail)
-            self._tail = None
+        # The tail stops by itself once no client waits on it.
+        self._tail = None
 
 
 def reconnect_event(after: int, *, reason: str = "unavailable") -> bytes:
