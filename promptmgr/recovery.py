@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from askuser import facade as askuser
 from core import events
+from core.redis import outage_seen
 
 from . import live, sandbox
 from .event_history import persist_events
@@ -155,8 +156,8 @@ def recover_orphaned_runs() -> list[int]:
         for run in Run.objects.active():
             if recover_run_if_orphaned(run):
                 recovered.append(run.pk)
-    except redis.RedisError:
-        logger.warning("could not look for orphaned runs: Redis is unreachable")
+    except redis.RedisError as exc:
+        outage_seen(exc)  # one warning per outage (core.redis), not one per sweep
     if recovered:
         logger.warning("marked %d orphaned runs as failed: %s", len(recovered), recovered)
     _remove_leftovers()

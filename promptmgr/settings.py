@@ -283,5 +283,6 @@ LOGGING = {
     "loggers": {
         "promptmgr": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
         "askuser": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+        "core": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
     },
 }
