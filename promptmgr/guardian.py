@@ -101,11 +101,16 @@ class Guardian:
         _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         if os.getppid() != owner:  # the worker died before the kernel could be told
             return EXIT_OWNER_GONE
+        guardian = os.getpid()
         child = os.fork()
         if child == 0:
             try:
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM):
                     signal.signal(sig, signal.SIG_DFL)
+                # Should the guardian itself be killed, the command goes with it.
+                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() != guardian:
+                    os._exit(EXIT_OWNER_GONE)
                 os.execvp(command[0], command)
             except OSError as exc:
                 os.write(2, f"guardian: cannot run {command[0]}: {exc.strerror}\n".encode())
@@ -127,8 +132,9 @@ class Guardian:
         assert status is not None
         if os.WIFSIGNALED(status):
             killed_by = os.WTERMSIG(status)
-            signal.signal(killed_by, signal.SIG_DFL)
             signal.setitimer(signal.ITIMER_REAL, 0)
+            with contextlib.suppress(OSError, ValueError):  # SIGKILL has no handler to reset
+                signal.signal(killed_by, signal.SIG_DFL)
             os.kill(os.getpid(), killed_by)
         return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from promptmgr.models import Conversation, Run
+from promptmgr.processes import live_processes
 from tests.helpers import (
     SLOW_TEXT,
     allow_in_workspace,
@@ -88,7 +89,9 @@ def test_a_cli_that_dies_gives_a_clear_error_and_a_failed_run(app_server: Any, a
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script(SLOW_TEXT))
     read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
-    [cli_pid] = [p for p in processes_in(run_workdir(started["run_id"])) if os.getpgid(p) == p]
+    # The CLI is the child of the guardian that leads the run's process group (processes.guarded).
+    [guardian] = [p for p in processes_in(run_workdir(started["run_id"])) if os.getpgid(p) == p]
+    [cli_pid] = [p.pid for p in live_processes() if p.ppid == guardian]
     os.kill(cli_pid, signal.SIGKILL)
 
     events = read_sse(client, started["events_url"])
