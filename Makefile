@@ -42,7 +42,7 @@ run: $(VENV)/.installed-app
 	$(PY) manage.py ensure_demo_user
 	$(PY) manage.py sync_workspaces
 	exec $(VENV)/bin/uvicorn promptmgr.asgi:application --host $(HOST) --port $(PORT) \
-		--timeout-graceful-shutdown 10
+		--timeout-graceful-shutdown 5
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .
