@@ -170,10 +170,11 @@ def outage_seconds() -> float:
 
 
 def reset_clients() -> None:
-    """Forget cached clients (tests switch REDIS_URL between sessions)."""
-    global _sync_client
+    """Forget cached clients, and any outage they met (tests switch REDIS_URL between sessions)."""
+    global _sync_client, _outage_since
     _sync_client = None
     _async_clients.clear()
+    _outage_since = None
 
 
 def encode_json(data: Any) -> str:
