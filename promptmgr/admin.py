@@ -60,7 +60,18 @@ class ProjectAdmin(admin.ModelAdmin):
     search_fields = ["name", "context", "owner__username"]
     filter_horizontal = ["members"]
     raw_id_fields = ["owner"]
-    readonly_fields = ["created_at", "updated_at"]
+    # The repository is chosen when the project is created (the API or the pages clone it);
+    # here it is shown, and the worktree settings (staff only, like the admin) edited.
+    readonly_fields = [
+        "created_at",
+        "updated_at",
+        "git_url",
+        "git_ref",
+        "default_branch",
+        "workspace_status",
+        "workspace_error",
+        "git_secret_kind",
+    ]
     inlines = [PermissionRuleInline]
     fieldsets = [
         (None, {"fields": ["name", "owner", "members", "context"]}),
@@ -78,6 +89,21 @@ class ProjectAdmin(admin.ModelAdmin):
             },
         ),
         ("Changes", {"fields": ["commit_after_run"]}),
+        (
+            "Workspace",
+            {
+                "fields": [
+                    "git_url",
+                    "git_ref",
+                    "default_branch",
+                    "workspace_status",
+                    "workspace_error",
+                    "git_secret_kind",
+                    "worktree_copy_globs",
+                    "worktree_setup_command",
+                ]
+            },
+        ),
         ("History", {"fields": ["created_at", "updated_at"]}),
     ]
 
