@@ -151,6 +151,15 @@ async def expire_stream(run_id: int, ttl: int) -> None:
     await pipe.execute()
 
 
+async def bound_stream(run_id: int, ttl: int) -> None:
+    """Give a live run's stream a TTL unless it has one (so no key lives for ever should the
+    run never end); its end sets the finished stream's TTL (``expire_stream``)."""
+    pipe = get_async_redis().pipeline(transaction=False)
+    for key in (events_key(run_id), seq_key(run_id)):
+        pipe.expire(key, ttl, nx=True)
+    await pipe.execute()
+
+
 def expire_stream_sync(run_id: int, ttl: int) -> None:
     """``expire_stream`` for the sweep, which runs in a thread of its own."""
     pipe = get_redis().pipeline(transaction=False)

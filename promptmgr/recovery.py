@@ -165,10 +165,12 @@ def recover_orphaned_runs() -> list[int]:
 
 
 async def heartbeat() -> None:
-    """This worker is alive: its registration, and the owner key of every run it supervises."""
+    """This worker is alive: its registration, and the owner key of every run it supervises
+    (whose event stream gets a TTL too, should the run somehow never end)."""
     await live.worker_register(WORKER_ID, locality(), ttl=live.WORKER_TTL)
     for run_id in active_tasks():
         await live.set_owner(run_id, WORKER_ID, ttl=OWNER_TTL)
+        await events.bound_stream(run_id, settings.RUN_MAX_DURATION + settings.EVENT_STREAM_TTL)
 
 
 async def heartbeat_forever() -> None:

@@ -83,6 +83,8 @@ def test_a_run_whose_server_was_killed_leaves_nothing_behind_and_fails_at_the_re
     project = make_project(owner=dora, engine="cli")
     server = start_server()
     run = waiting_run(server, project)
+    # A live run's keys get a TTL within a heartbeat too, should it never end.
+    wait_until(lambda: keys_without_ttl(redis_url) == [], timeout=10, what="every key to have a TTL")
 
     server.kill9()
     killed_at = time.monotonic()
