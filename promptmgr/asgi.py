@@ -28,7 +28,7 @@ django_application = get_asgi_application()
 from django.conf import settings  # noqa: E402  (after Django is set up)
 from starlette.staticfiles import StaticFiles  # noqa: E402
 
-from promptmgr import lifecycle  # noqa: E402
+from promptmgr import internal_url, lifecycle  # noqa: E402
 from promptmgr.scripted_model.server import create_app as create_demo_model  # noqa: E402
 
 Scope = dict[str, Any]
@@ -53,9 +53,23 @@ _static = StaticFiles(
 )
 
 
+async def _lifespan(scope: Scope, receive: Any, send: Any) -> None:
+    """The app's lifespan; once start-up is complete, the check of INTERNAL_BASE_URL starts
+    (the server listens only from then on)."""
+
+    async def send_and_watch(message: dict[str, Any]) -> None:
+        await send(message)
+        if message["type"] == "lifespan.startup.complete":
+            internal_url.start_check()
+        elif message["type"] == "lifespan.shutdown.complete":
+            internal_url.stop_check()
+
+    await lifecycle.lifespan(scope, receive, send_and_watch)
+
+
 async def application(scope: Scope, receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        await lifecycle.lifespan(scope, receive, send)
+        await _lifespan(scope, receive, send)
         return
     path = scope.get("path", "")
     if scope["type"] == "http" and path.startswith(settings.STATIC_URL):
@@ -65,6 +79,9 @@ async def application(scope: Scope, receive: Any, send: Any) -> None:
     if _demo_model is not None and path.startswith(settings.DEMO_MODEL_PATH + "/"):
         inner = dict(scope, path=path[len(settings.DEMO_MODEL_PATH) :], root_path="")
         await _demo_model(inner, receive, send)
+        return
+    if scope["type"] == "http" and path == internal_url.PATH:
+        await internal_url.serve_identity(scope, receive, send)
         return
     if scope["type"] == "http" and EVENTS_PATH.fullmatch(path):
         await _streams(scope, receive, send)

@@ -13,10 +13,10 @@ from django.db import transaction
 
 from askuser import facade as askuser
 from core import events
-from core.errors import Conflict, Forbidden, Invalid, NotFound, TooMany
+from core.errors import Conflict, Forbidden, Invalid, NotFound, TooMany, Unavailable
 from core.events import Event
 from core.redis import get_async_redis
-from promptmgr import live, runner
+from promptmgr import internal_url, live, runner
 from promptmgr.models import Conversation, Project, Run, RunEvent, RunStatus
 from promptmgr.services.git_workspace import workspace_require_ready
 from promptmgr.services.worktrees import conversation_worktree_ensure
@@ -171,6 +171,9 @@ async def _clear_leftover_keys(run_id: int) -> None:
 
 async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id: int | None = None) -> Run:
     """Create the run, claim a concurrency slot and start supervising it in this worker."""
+    # A run here would hang: its MCP server (and the demo model's CLI) could not reach us.
+    if (unreachable := internal_url.problem()) is not None:
+        raise Unavailable(unreachable, code="internal_url_unreachable")
     run = await sync_to_async(_create_run)(
         user=user, project_id=project_id, prompt=prompt, conversation_id=conversation_id
     )
