@@ -183,9 +183,10 @@ def _apply_secret(project: Project, *, git_token: str | None, git_ssh_key: str |
     return True
 
 
-def _save_and_sync(project: Project) -> Project:
+def _save_and_sync(project: Project, *, fields: list[str] | None = None) -> Project:
+    """Save (only ``fields``, when given) and regenerate the workspace's files."""
     with transaction.atomic():
-        project.save()
+        project.save(update_fields=[*fields, "updated_at"] if fields is not None else None)
     # Files are written after the commit; `sync_workspaces` repairs any drift.
     workspace_sync(project=project)
     return project
@@ -280,7 +281,9 @@ def project_update(*, project: Project, actor: Any = None, **fields: Any) -> Pro
     except (ValidationError, ModeNotAllowed, Conflict):
         project.refresh_from_db()
         raise
-    _save_and_sync(project)
+    # Only what was changed: a clone ending meanwhile writes the workspace's status itself.
+    changed = [*fields, *(["git_secret", "git_secret_kind"] if secret_given else [])]
+    _save_and_sync(project, fields=changed)
     if project.workspace_status == WorkspaceStatus.FAILED and project.git_url and (moved or secret_given):
         # A failed clone with a new URL, ref or credentials is tried again at once.
         git_workspace.workspace_retry(project=project)

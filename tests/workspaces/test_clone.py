@@ -176,3 +176,20 @@ def test_a_clone_no_worker_finished_becomes_failed_and_retryable(
     git_workspace.workspace_clone(project.pk)
     project.refresh_from_db()
     assert project.workspace_status == WorkspaceStatus.READY
+
+
+def test_a_settings_change_during_the_clone_does_not_undo_its_end(alice: Any, origin: Path) -> None:
+    from promptmgr.services.projects import project_update
+
+    project = project_create(owner=alice, name="Busy", git_url=f"file://{origin}")
+    seen_while_cloning = Project.objects.get(pk=project.pk)
+    git_workspace.workspace_clone(project.pk)  # the clone ends while the page is open
+
+    project_update(project=seen_while_cloning, actor=alice, context="Edited meanwhile.")
+
+    saved = Project.objects.get(pk=project.pk)
+    assert (saved.workspace_status, saved.default_branch, saved.context) == (
+        "ready",
+        "trunk",
+        "Edited meanwhile.",
+    )
