@@ -91,7 +91,6 @@ UPDATABLE_FIELDS = frozenset(
         "answer_policy_permissions",
     }
 )
-GIT_FIELDS = frozenset({"git_url", "git_ref", "git_token", "git_ssh_key"})
 
 
 class ProjectNotFound(NotFound, Http404):
