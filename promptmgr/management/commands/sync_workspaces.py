@@ -1,9 +1,10 @@
 """Regenerate the files PromptManager writes into each project's workspace.
 
-``CLAUDE.md`` (from the project context) and the ask-user MCP registration
+``CLAUDE.local.md`` (from the project context) and the ask-user MCP registration
 (``.mcp.json``, ``.claude/settings.local.json``) are brought in line with the database
-and the settings (``ASK_USER_ENABLED``). Files a user added are never touched. Prints
-one line per changed file and a summary; ``--dry-run`` only reports.
+and the settings (``ASK_USER_ENABLED``), in each project's main checkout and in every
+conversation's worktree. Files a user added are never touched. Prints one line per
+changed file and a summary; ``--dry-run`` only reports.
 """
 
 from __future__ import annotations
@@ -19,7 +20,10 @@ DRY_RUN_VERBS = {"created": "would create", "updated": "would update", "deleted"
 
 
 class Command(BaseCommand):
-    help = "Regenerate every project's workspace files (CLAUDE.md, ask-user MCP registration)."
+    help = (
+        "Regenerate every project's workspace files (CLAUDE.local.md, ask-user MCP registration) "
+        "in its main checkout and every worktree."
+    )
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--project", type=int, metavar="ID", help="Only this project.")
