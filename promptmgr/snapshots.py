@@ -168,9 +168,18 @@ def work_tree_root(path: Path) -> Path | None:
     return path if top and Path(top).resolve() == path.resolve() else None
 
 
-def _index_path(workdir: Path) -> Path:
-    out = git(workdir, "rev-parse", "--path-format=absolute", "--git-path", "index")
-    return Path(out.decode().strip())
+def git_dir(workdir: Path) -> Path:
+    """The work tree's own git dir, where its index lives (``.git``, or for a worktree the
+    folder its ``.git`` file names); read without a git process, as a snapshot's cost counts."""
+    dot = workdir / ".git"
+    if dot.is_dir():
+        return dot
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        text = dot.read_text().strip()
+        if text.startswith("gitdir: "):
+            named = Path(text.removeprefix("gitdir: "))
+            return named if named.is_absolute() else (workdir / named).resolve()
+    return Path(git(workdir, "rev-parse", "--absolute-git-dir").decode().strip())
 
 
 @contextlib.contextmanager
@@ -186,25 +195,38 @@ def temporary_index(seed: Path | None = None) -> Iterator[dict[str, str]]:
         yield {"GIT_INDEX_FILE": str(index)}
 
 
-def _write_tree(workdir: Path, seed: Path | None) -> str:
+def _write_tree(workdir: Path, seed: Path | None, keep: Path | None) -> str:
     with temporary_index(seed) as env:
         # --ignore-errors: an unreadable file is left out rather than losing the snapshot.
         git(workdir, "add", "-A", "--ignore-errors", env=env, check=False)
-        return git(workdir, "write-tree", env=env).decode().strip()
+        tree = git(workdir, "write-tree", env=env).decode().strip()
+        if keep is not None:
+            shutil.copy2(env["GIT_INDEX_FILE"], keep)
+        return tree
 
 
-def snapshot(workdir: Path, *, ref: str | None = None, parent: str | None = None) -> str:
+def snapshot(
+    workdir: Path,
+    *,
+    ref: str | None = None,
+    parent: str | None = None,
+    seed: Path | None = None,
+    keep: Path | None = None,
+) -> str:
     """Commit the work tree's current state as a snapshot; returns the commit id.
 
     The user's index, HEAD and branches are left as they were; ``ref`` (when given)
-    keeps the snapshot alive through ``git gc``.
+    keeps the snapshot alive through ``git gc``. ``keep`` saves the snapshot's index, and
+    ``seed`` starts from such a saved index instead of the work tree's own: a run's end
+    snapshot then hashes only what changed since its start, untracked files included.
     """
+    start = seed if seed is not None and seed.is_file() else git_dir(workdir) / "index"
     try:
-        tree = _write_tree(workdir, _index_path(workdir))
+        tree = _write_tree(workdir, start, keep)
     except GitError:
-        # A real index we cannot reuse (a split or sparse index): hash everything afresh.
+        # An index we cannot reuse (a split or sparse index): hash everything afresh.
         logger.warning("snapshot of %s: the index could not be reused", workdir, exc_info=True)
-        tree = _write_tree(workdir, None)
+        tree = _write_tree(workdir, None, keep)
     name, email = PM_IDENTITY
     identity = {
         "GIT_AUTHOR_NAME": name,

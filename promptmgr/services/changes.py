@@ -128,12 +128,18 @@ def author_of(user: Any) -> tuple[str, str]:
 # --- Recording (the run supervisor's hooks) ------------------------------------------------
 
 
+def run_index(run_id: int, workdir: Path) -> Path:
+    """Where a run keeps its start snapshot's index until its end (in the worktree's git dir,
+    which goes with the worktree)."""
+    return snapshots.git_dir(workdir) / f"pm-run-{run_id}.index"
+
+
 def snapshot_start(run_id: int, workdir: Path) -> str | None:
     """The start snapshot's commit id, or None when ``workdir`` is not a git work tree."""
     if snapshots.work_tree_root(workdir) is None:
         logger.info("run %s: %s is not a git work tree; its changes are not recorded", run_id, workdir)
         return None
-    return snapshots.snapshot(workdir, ref=start_ref(run_id))
+    return snapshots.snapshot(workdir, ref=start_ref(run_id), keep=run_index(run_id, workdir))
 
 
 @dataclass
@@ -154,7 +160,11 @@ def compute_end(
 ) -> EndResult:
     """Snapshot the end, list the changes, and (when asked) commit them on the branch."""
     began = time.perf_counter()
-    end = snapshots.snapshot(workdir, ref=end_ref(run_id), parent=start)
+    index = run_index(run_id, workdir)
+    try:
+        end = snapshots.snapshot(workdir, ref=end_ref(run_id), parent=start, seed=index)
+    finally:
+        index.unlink(missing_ok=True)
     snapshotted = time.perf_counter()
     files = file_entries(snapshots.changed_files(workdir, start, end))
     result = EndResult(end=end, files=files)

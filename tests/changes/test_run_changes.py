@@ -3,6 +3,7 @@ on real repositories (no CLI here: the edits are made the way Claude's tools mak
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -127,6 +128,28 @@ def test_a_run_with_hundreds_of_files_lists_them_all_and_the_event_stays_bounded
     assert (len(event["files"]), event["total_files"], event["additions"]) == (100, 250, 250)
     body = client_for(alice).get(f"/api/runs/{run.pk}/changes").json()
     assert len(body["files"]) == 250
+
+
+def test_the_start_snapshots_index_is_kept_for_the_end_and_then_removed(
+    conversation: Conversation, worktree: Path
+) -> None:
+    seen: list[bool] = []
+
+    def edit() -> None:
+        seen.append(changes.run_index(run.pk, worktree).is_file())
+        (worktree / "README.md").write_text("edited\n")
+
+    run = Run.objects.create(
+        conversation=conversation, user=conversation.user, prompt="p", workdir=str(worktree)
+    )
+    run_state.run_mark_started(run.pk)
+    asyncio.run(changes.record_start(run.pk, worktree))
+    edit()
+    event = asyncio.run(changes.record_end(run.pk))
+
+    assert seen == [True]
+    assert not changes.run_index(run.pk, worktree).exists()
+    assert event is not None and [f["path"] for f in event["files"]] == ["README.md"]
 
 
 def test_a_run_that_changes_nothing_gives_no_event(conversation: Conversation, worktree: Path) -> None:
