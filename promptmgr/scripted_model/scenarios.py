@@ -224,8 +224,9 @@ DEMO_FORM = [
     },
 ]
 
-# Not read-only (so it needs approval) and harmless: it only writes into the workspace.
-DEMO_COMMAND = "mkdir -p demo && date > demo/approved.txt"
+# Harmless, and asked about in every mode but bypass: the CLI allows file commands in the
+# workspace by itself under acceptEdits (mkdir, a redirect), but never runs a program's code.
+DEMO_COMMAND = "python3 -c \"print('approved: 6 x 7 =', 6 * 7)\""
 DEMO_FILE = "demo/greeting.md"
 
 
@@ -321,7 +322,7 @@ def _demo_script(conversation: Conversation, system: str) -> list[dict[str, Any]
                     "name": "Bash",
                     "input": {
                         "command": DEMO_COMMAND,
-                        "description": "Write the date into demo/approved.txt",
+                        "description": "Print a line with Python",
                     },
                 },
             },
