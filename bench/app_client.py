@@ -33,9 +33,15 @@ async def login(app_url: str) -> httpx.AsyncClient:
     return client
 
 
-async def start_run(client: httpx.AsyncClient, project_id: int, prompt: str) -> str:
-    """``POST /api/projects/{id}/runs``; returns the run's events URL."""
-    response = await client.post(f"/api/projects/{project_id}/runs", json={"prompt": prompt})
+async def start_run(
+    client: httpx.AsyncClient, project_id: int, prompt: str, conversation_id: int | None = None
+) -> str:
+    """``POST /api/projects/{id}/runs`` (in a new conversation, or ``conversation_id``);
+    returns the run's events URL."""
+    body: dict[str, Any] = {"prompt": prompt}
+    if conversation_id is not None:
+        body["conversation_id"] = conversation_id
+    response = await client.post(f"/api/projects/{project_id}/runs", json=body)
     if response.status_code != 201:
         raise RuntimeError(f"starting a run failed: HTTP {response.status_code} {response.text[:300]}")
     return str(response.json()["events_url"])

@@ -120,7 +120,7 @@ def bash_steps(rounds: int) -> list[dict[str, Any]]:
 
 
 async def run_engine(
-    stack: harness.Stack, project_id: int, engine: str, rounds: int, think_ms: float
+    stack: harness.Stack, project_id: int, conversation_id: int, engine: str, rounds: int, think_ms: float
 ) -> Timeline:
     """One run of ``rounds`` Bash calls, each allowed through submit-decision; what the SSE
     client saw, and the app's own stamps from the cards and decisions."""
@@ -175,7 +175,9 @@ async def run_engine(
 
     url, status = "", None
     try:
-        url = await app_client.start_run(client, project_id, app_client.script_prompt(bash_steps(rounds)))
+        url = await app_client.start_run(
+            client, project_id, app_client.script_prompt(bash_steps(rounds)), conversation_id
+        )
         async with (
             asyncio.timeout(60 + 5 * rounds),
             asyncio.TaskGroup() as group,
@@ -388,34 +390,39 @@ def report(results: Results, args: argparse.Namespace) -> None:
         print(f"\n{engine} ENGINE FAILED: {reason}", file=sys.stderr)
 
 
-def prepare_project(stack: harness.Stack, engine: str, mcp_stamps: Path) -> tuple[int, Path]:
-    """A project that asks about every non-read-only command; the CLI's MCP server under mcp_tee."""
+def prepare_project(stack: harness.Stack, engine: str, mcp_stamps: Path) -> tuple[int, int, Path]:
+    """A project that asks about every non-read-only command, and a conversation whose
+    worktree (where the run works and the commands write their stamps) starts the CLI's
+    MCP server under mcp_tee; returns the project, the conversation and the worktree."""
     from django.contrib.auth.models import User
 
     from promptmgr.services.projects import project_create
-    from promptmgr.workspaces import workspace_path
 
     owner = User.objects.get(username=harness.USERNAME)
     project = project_create(
         owner=owner, name=f"Approvals ({engine})", engine=engine, permission_mode="default"
     )
-    workspace = workspace_path(project)
-    if engine == "cli":
-        askuser_latency.wrap_mcp_server(workspace, mcp_stamps)
-    return int(project.pk), workspace
+    conversation_id, worktree = askuser_latency.wrapped_conversation(project, mcp_stamps)
+    return int(project.pk), conversation_id, worktree
 
 
 async def measure(
-    stack: harness.Stack, flag: Path, projects: dict[str, tuple[int, Path]], args: argparse.Namespace
+    stack: harness.Stack,
+    flag: Path,
+    projects: dict[str, tuple[int, int, Path]],
+    question_conversation: int,
+    args: argparse.Namespace,
 ) -> Results:
     results = Results()
-    for engine, (project_id, workspace) in projects.items():
+    for engine, (project_id, conversation_id, workspace) in projects.items():
         cli_stamps = stack.tmp / f"cli-stamps-{engine}.txt"
         flag.write_text(str(cli_stamps))
         print(f"  {engine} engine: {args.rounds} approvals …", flush=True)
         before = cpu_jiffies()
         try:
-            timeline = await run_engine(stack, project_id, engine, args.rounds, args.think_ms)
+            timeline = await run_engine(
+                stack, project_id, conversation_id, engine, args.rounds, args.think_ms
+            )
         except EngineFailed as exc:
             results.failures[engine] = f"{exc}. No figure is printed for the {engine} engine."
             print(f"  {engine} ENGINE FAILED: {results.failures[engine]}", file=sys.stderr, flush=True)
@@ -428,7 +435,9 @@ async def measure(
         flag.write_text(str(stack.tmp / "cli-stamps-questions.txt"))
         print(f"  question path (askuser_latency): {args.question_rounds} questions …", flush=True)
         stamps = stack.tmp / "mcp-stamps-questions.jsonl"
-        results.questions = await askuser_latency.run_ours(stack, stamps, args.question_rounds, args.think_ms)
+        results.questions = await askuser_latency.run_ours(
+            stack, stamps, args.question_rounds, args.think_ms, question_conversation
+        )
     return results
 
 
@@ -472,13 +481,12 @@ def main() -> None:
     print(f"Approval latency benchmark on {harness.machine()}; setting up a private stack …", flush=True)
     with harness.Stack.create(name="approval", ask_user=True) as stack:
         from promptmgr.cli import find_claude_cli
-        from promptmgr.workspaces import workspace_path
 
         real_cli = find_claude_cli()
         shim, flag = write_shim(stack.tmp, real_cli)
         projects = {e: prepare_project(stack, e, stack.tmp / f"mcp-stamps-{e}.jsonl") for e in engines}
-        askuser_latency.wrap_mcp_server(
-            workspace_path(stack.project()), stack.tmp / "mcp-stamps-questions.jsonl"
+        question_conversation, _worktree = askuser_latency.wrapped_conversation(
+            stack.project(), stack.tmp / "mcp-stamps-questions.jsonl"
         )
         env = {"CLAUDE_CLI_PATH": str(shim)}
         if args.tap_relay:
@@ -488,7 +496,7 @@ def main() -> None:
         print(
             f"  app {stack.app_url}, model {stack.model_url}, redis {stack.redis_url} (prefix {stack.key_prefix})"
         )
-        results = asyncio.run(measure(stack, flag, projects, args))
+        results = asyncio.run(measure(stack, flag, projects, question_conversation, args))
     report(results, args)
     print(f"\nFinished in {time.monotonic() - started:.0f} s on {harness.machine()}.")
     print("Every process the benchmark started has been stopped.")

@@ -68,6 +68,22 @@ def wrap_mcp_server(workspace: Path, stamps: Path) -> None:
     path.write_text(json.dumps(config, indent=2))
 
 
+def wrapped_conversation(project: Any, stamps: Path) -> tuple[int, Path]:
+    """A conversation whose worktree starts the ask-user MCP server under mcp_tee.py.
+
+    Each conversation's runs work in a worktree of its own, made (with its generated
+    files) for its first run: it is made here, and wrapped, before that run starts.
+    Returns the conversation's id and its worktree.
+    """
+    from promptmgr.models import Conversation
+    from promptmgr.services.worktrees import conversation_worktree_ensure
+
+    conversation = Conversation.objects.create(project=project, user=project.owner, title="Benchmark")
+    worktree = conversation_worktree_ensure(conversation)
+    wrap_mcp_server(worktree, stamps)
+    return int(conversation.pk), worktree
+
+
 @dataclass
 class Ours:
     tool_use: dict[str, int] = field(default_factory=dict)
@@ -82,7 +98,9 @@ class Ours:
         return [(end[q] - start[q]) / 1e6 for q in start if q in end]
 
 
-async def run_ours(stack: harness.Stack, stamps: Path, questions: int, think_ms: float) -> Ours:
+async def run_ours(
+    stack: harness.Stack, stamps: Path, questions: int, think_ms: float, conversation_id: int
+) -> Ours:
     steps: list[dict[str, Any]] = [
         {
             "tool_use": {
@@ -108,7 +126,9 @@ async def run_ours(stack: harness.Stack, stamps: Path, questions: int, think_ms:
             raise RuntimeError(f"submit-answer: HTTP {response.status_code} {response.text[:300]}")
 
     try:
-        url = await app_client.start_run(client, stack.project_id, app_client.script_prompt(steps))
+        url = await app_client.start_run(
+            client, stack.project_id, app_client.script_prompt(steps), conversation_id
+        )
         status = "?"
         # A failed answer cancels the reading (TaskGroup); nothing may wait for the 300 s expiry.
         async with (
@@ -158,9 +178,9 @@ def read_mcp_stamps(path: Path, ours: Ours) -> None:
 
 
 async def measure(
-    stack: harness.Stack, stamps: Path, args: argparse.Namespace
+    stack: harness.Stack, stamps: Path, conversation_id: int, args: argparse.Namespace
 ) -> tuple[Ours, list[float], list[float]]:
-    ours = await run_ours(stack, stamps, args.questions, args.think_ms)
+    ours = await run_ours(stack, stamps, args.questions, args.think_ms, conversation_id)
     spec_q, spec_a = await polling_model.run(args.spec_trials, stack.tmp, args.seed)
     return ours, spec_q, spec_a
 
@@ -243,15 +263,13 @@ def main() -> None:
     started = time.monotonic()
     print(f"Ask-user latency benchmark on {harness.machine()}; setting up a private stack …", flush=True)
     with harness.Stack.create(name="askuser", ask_user=True) as stack:
-        from promptmgr.workspaces import workspace_path
-
         stamps = stack.tmp / "mcp-stamps.jsonl"
-        wrap_mcp_server(workspace_path(stack.project()), stamps)
+        conversation_id, _worktree = wrapped_conversation(stack.project(), stamps)
         stack.start_app()
         print(
             f"  app {stack.app_url}, model {stack.model_url}, redis {stack.redis_url} (prefix {stack.key_prefix})"
         )
-        ours, spec_q, spec_a = asyncio.run(measure(stack, stamps, args))
+        ours, spec_q, spec_a = asyncio.run(measure(stack, stamps, conversation_id, args))
     report(ours, spec_q, spec_a, args)
     print(f"\nFinished in {time.monotonic() - started:.0f} s on {harness.machine()}.")
     print("Every process the benchmark started has been stopped.")
