@@ -17,10 +17,9 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import logging
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -147,7 +146,6 @@ class EndResult:
     end: str
     files: list[dict[str, Any]]
     commit: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 def compute_end(
@@ -159,16 +157,13 @@ def compute_end(
     message: str = "",
 ) -> EndResult:
     """Snapshot the end, list the changes, and (when asked) commit them on the branch."""
-    began = time.perf_counter()
     index = run_index(run_id, workdir)
     try:
         end = snapshots.snapshot(workdir, ref=end_ref(run_id), parent=start, seed=index)
     finally:
         index.unlink(missing_ok=True)
-    snapshotted = time.perf_counter()
     files = file_entries(snapshots.changed_files(workdir, start, end))
     result = EndResult(end=end, files=files)
-    result.timings = {"snapshot": snapshotted - began, "diff": time.perf_counter() - snapshotted}
     if commit_as is not None and files:
         result.commit = snapshots.commit_files(
             workdir, source=end, paths=[f["path"] for f in files], author=commit_as, message=message
