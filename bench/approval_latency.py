@@ -402,7 +402,8 @@ def prepare_project(stack: harness.Stack, engine: str, mcp_stamps: Path) -> tupl
     project = project_create(
         owner=owner, name=f"Approvals ({engine})", engine=engine, permission_mode="default"
     )
-    conversation_id, worktree = askuser_latency.wrapped_conversation(project, mcp_stamps)
+    tee = mcp_stamps if engine == "cli" else None
+    conversation_id, worktree = askuser_latency.wrapped_conversation(project, tee)
     return int(project.pk), conversation_id, worktree
 
 

@@ -68,8 +68,9 @@ def wrap_mcp_server(workspace: Path, stamps: Path) -> None:
     path.write_text(json.dumps(config, indent=2))
 
 
-def wrapped_conversation(project: Any, stamps: Path) -> tuple[int, Path]:
-    """A conversation whose worktree starts the ask-user MCP server under mcp_tee.py.
+def wrapped_conversation(project: Any, stamps: Path | None) -> tuple[int, Path]:
+    """A conversation whose worktree starts the ask-user MCP server under mcp_tee.py
+    (unless ``stamps`` is None: the SDK engine registers no MCP server).
 
     Each conversation's runs work in a worktree of its own, made (with its generated
     files) for its first run: it is made here, and wrapped, before that run starts.
@@ -80,7 +81,8 @@ def wrapped_conversation(project: Any, stamps: Path) -> tuple[int, Path]:
 
     conversation = Conversation.objects.create(project=project, user=project.owner, title="Benchmark")
     worktree = conversation_worktree_ensure(conversation)
-    wrap_mcp_server(worktree, stamps)
+    if stamps is not None:
+        wrap_mcp_server(worktree, stamps)
     return int(conversation.pk), worktree
 
 
