@@ -11,7 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from core.events import append_event_sync
-from promptmgr.models import Run
+from promptmgr.models import Run, RunEvent
 from tests.changes.support import READ, edit, git_project
 from tests.conftest import LiveServer
 from tests.helpers import browser_login, script
@@ -145,3 +145,34 @@ def test_a_run_with_a_thousand_files_lists_a_hundred_then_the_rest_on_demand(
     expect(lock.locator(".changes-diff-note")).to_contain_text("Lockfile: its diff is folded away.")
     expect(lock.locator("button", has_text="Show the diff")).to_be_visible()
     page.locator("[data-role=cancel]").click()
+
+
+def test_files_past_the_events_list_are_fetched_from_the_server_on_demand(
+    app_server: LiveServer, page: Any, alice: Any
+) -> None:
+    project, _root = git_project(alice)
+    open_chat(page, app_server, project)
+    send_prompt(page, script(READ, edit("status: draft", "status: final"), {"text": "Done."}))
+    expect(page.locator(".changes-card")).to_be_visible(timeout=60_000)
+    # As a run of 150 files would have left it, with an event that lists only 120 of them.
+    run = Run.objects.get(conversation__project=project)
+    files = [
+        {"path": f"gen/f{i:03}.txt", "status": "added", "additions": 1, "deletions": 0, "collapsed": None}
+        for i in range(150)
+    ]
+    Run.objects.filter(pk=run.pk).update(changed_files=files)
+    RunEvent.objects.filter(run=run, event="changes").update(
+        data={"run_id": run.pk, "files": files[:120], "total_files": 150, "additions": 150, "deletions": 0}
+    )
+
+    page.reload()
+
+    card = page.locator(".changes-card")
+    expect(card.locator(".changes-file")).to_have_count(100)
+    card.locator(".changes-more").click()
+    expect(card.locator(".changes-file")).to_have_count(120)
+    expect(card.locator(".changes-more")).to_have_text("Show 30 more files")
+    card.locator(".changes-more").click()
+    expect(card.locator(".changes-file")).to_have_count(150)
+    expect(card.locator(".changes-file").last).to_contain_text("gen/f149.txt")
+    expect(card.locator(".changes-more")).to_be_hidden()
