@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -20,6 +21,7 @@ from promptmgr import internal_url, live, runner
 from promptmgr.models import Conversation, Project, Run, RunEvent, RunStatus
 from promptmgr.services.git_workspace import workspace_require_ready
 from promptmgr.services.worktrees import conversation_worktree_ensure
+from promptmgr.workspaces import workspace_path
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +61,20 @@ def conversation_visible(*, user: Any, conversation_id: int) -> Conversation:
     return conversation
 
 
+def _legacy_workdir(conversation: Conversation) -> Path | None:
+    """Where a conversation from before worktrees worked (the project's directory), if it is one.
+
+    Claude Code keeps a session's transcript by working directory, so such a conversation
+    goes on where its session lives rather than in a new worktree, where --resume would
+    find nothing.
+    """
+    if conversation.branch or not conversation.runs.exists():
+        return None
+    last = conversation.runs.exclude(workdir="").order_by("-created_at", "-id").first()
+    # Runs stored before Run.workdir existed worked in the project's directory.
+    return Path(last.workdir) if last is not None else workspace_path(conversation.project)
+
+
 def _create_run(*, user: Any, project_id: int, prompt: str, conversation_id: int | None) -> Run:
     text = prompt.strip()
     if not text:
@@ -80,7 +96,7 @@ def _create_run(*, user: Any, project_id: int, prompt: str, conversation_id: int
     # Outside the transaction: git may take a while on a large repository, and the
     # database must not stay locked meanwhile.
     try:
-        workdir = conversation_worktree_ensure(conversation)
+        workdir = _legacy_workdir(conversation) or conversation_worktree_ensure(conversation)
     except Conflict:
         if conversation_id is None:
             conversation.delete()

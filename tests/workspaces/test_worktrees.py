@@ -323,3 +323,25 @@ def test_only_staff_set_a_setup_command(project: Project, alice: Any) -> None:
     project_update(project=project, actor=alice, context="Changed", worktree_setup_command="npm ci")
     assert Project.objects.get(pk=project.pk).worktree_setup_command == "npm ci"
     assert workspace_sync(project=project) == []
+
+
+def test_a_conversation_from_before_worktrees_goes_on_where_its_session_lives(alice: Any) -> None:
+    from promptmgr.services.runs import _create_run
+
+    project = make_project(owner=alice)
+    talk = Conversation.objects.create(project=project, user=alice, claude_session_id="old-session")
+    Run.objects.create(
+        conversation=talk,
+        user=alice,
+        prompt="p",
+        status=RunStatus.COMPLETED,
+        workdir=str(workspace_path(project)),
+    )
+    fresh = conversation(project, alice)
+
+    continued = _create_run(user=alice, project_id=project.pk, prompt="again", conversation_id=talk.pk)
+    started = _create_run(user=alice, project_id=project.pk, prompt="new", conversation_id=fresh.pk)
+
+    assert Path(continued.workdir) == workspace_path(project)
+    assert Conversation.objects.get(pk=talk.pk).branch == ""
+    assert Path(started.workdir) == worktrees.conversation_worktree_path(fresh)
