@@ -22,8 +22,7 @@ router = Router()
 
 
 class RunIn(Schema):
-    # At least one character that is not white space (the prompt is stored stripped).
-    prompt: str = Field(..., max_length=runs_service.MAX_PROMPT_CHARS, pattern=r"\S")
+    prompt: str = Field(..., max_length=runs_service.MAX_PROMPT_CHARS)
     conversation_id: int | None = None
 
 
