@@ -15,6 +15,8 @@ from askuser.models import PolicyAnswer, Question, QuestionSource, QuestionStatu
 from core import events
 from core.errors import Conflict
 from core.questions import AnswerIn, QuestionSpec
+from promptmgr import live as promptmgr_live
+from promptmgr.runner import WORKER_ID
 from tests.helpers import make_project, make_run
 
 pytestmark = pytest.mark.unit
@@ -31,6 +33,8 @@ async def ask(alice: Any, bob: Any) -> tuple[Any, str, PolicyAnswer]:
     """A pending question and the policy's (not yet applied) answer to it: Postgres."""
     project = await sync_to_async(make_project)(owner=alice, members=(bob,), sync=False)
     run = await sync_to_async(make_run)(owner=alice, project=project)
+    # Owned by this process, as a run supervised here is: an answer to an unowned run fails it.
+    await promptmgr_live.set_owner(run.pk, WORKER_ID, ttl=60)
     card = await services.question_create(
         run_id=run.pk,
         source=QuestionSource.MCP,
