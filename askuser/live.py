@@ -90,9 +90,10 @@ async def question_cache_clear(run_id: int, question_id: str) -> None:
 
 async def question_mark_shown(run_id: int, question_id: str, *, ttl: int) -> bool:
     """True the first time a question is marked shown: whoever wins pushes the card."""
-    client = get_async_redis()
-    added = await client.sadd(question_shown_key(run_id), question_id)
-    await client.expire(question_shown_key(run_id), ttl)
+    pipe = get_async_redis().pipeline(transaction=True)
+    pipe.sadd(question_shown_key(run_id), question_id)
+    pipe.expire(question_shown_key(run_id), ttl)
+    added, _ = await pipe.execute()
     return bool(added)
 
 

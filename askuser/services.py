@@ -69,11 +69,14 @@ def _card(question: Question, timeout: int) -> Card:
 
 
 def _create_question(
-    run_id: int, source: str, questions: list[QuestionSpec], timeout: int
-) -> tuple[Question, list[str]]:
-    """The new question and the ids of the pending ones it supersedes."""
+    run_id: int, source: str, questions: list[QuestionSpec], timeout: int | None
+) -> tuple[Question, list[str], int]:
+    """The new question, the ids of the pending ones it supersedes, and its timeout
+    (the project's unless given)."""
     with transaction.atomic():
-        run = Run.objects.select_for_update().get(pk=run_id)
+        run = Run.objects.select_for_update().select_related("conversation__project").get(pk=run_id)
+        if timeout is None:
+            timeout = int(run.conversation.project.ask_user_timeout)
         if run.status not in ACTIVE_RUN_STATUSES:
             raise Gone(MSG_RUN_FINISHED, code="run_finished")
         # One pending question per run: a newer one supersedes the old.
@@ -88,27 +91,24 @@ def _create_question(
             expires_at=timezone.now() + timedelta(seconds=timeout),
         )
         run_state.run_wait_for_user(run_id)
-    return question, superseded
-
-
-def _question_timeout(run_id: int) -> int:
-    run = Run.objects.select_related("conversation__project").get(pk=run_id)
-    return int(run.conversation.project.ask_user_timeout)
+    return question, superseded, timeout
 
 
 async def question_create(
     *, run_id: int, source: QuestionSource, questions: list[QuestionSpec], timeout: int | None = None
 ) -> dict[str, Any]:
     """Store a question, mark the run waiting and push the card to the browser at once."""
-    if timeout is None:
-        timeout = await sync_to_async(_question_timeout)(run_id)
-    question, superseded = await sync_to_async(_create_question)(run_id, source, questions, timeout)
+    question, superseded, timeout = await sync_to_async(_create_question)(run_id, source, questions, timeout)
     for old_id in superseded:
         await _announce_superseded(run_id, old_id)
     payload = _card(question, timeout).wire()
-    await live.question_cache_put(run_id, payload, ttl=timeout + live.QUESTION_TTL_GRACE)
-    await events.append_event(run_id, "run_status", {"status": RunStatus.WAITING_FOR_USER})
-    await question_push_if_unshown(run_id=run_id)
+    ttl = timeout + live.QUESTION_TTL_GRACE
+    await live.question_cache_put(run_id, payload, ttl=ttl)
+    # The card goes out now, with the run's new status in the same round trip; the
+    # runner's read timeout (question_push_if_unshown) is only the safety net.
+    shown = await live.question_mark_shown(run_id, payload["question_id"], ttl=ttl)
+    batch = [("ask_user_question", payload)] if shown else []
+    await events.append_events(run_id, [*batch, ("run_status", {"status": RunStatus.WAITING_FOR_USER})])
     policy.question_consider(
         run_id=run_id, question_id=payload["question_id"], questions=payload["questions"]
     )

@@ -50,8 +50,9 @@ EXPECTED = [
     "text_delta",
     "assistant_text",
     "tool_use:ask",
-    "run_status:waiting_for_user",
+    # The card first, the status in the same round trip (as for a permission card).
     "ask_user_question",
+    "run_status:waiting_for_user",
     "ask_user_answered",
     "run_status:running",
     "tool_result",
