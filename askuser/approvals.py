@@ -353,6 +353,10 @@ def _decide(request_id: str, user: Any, decision: str, message: str) -> Permissi
     """
     request = _load_for_user(request_id, user)
     _check_open(request)
+    # The worker of the request's run died and no sweep has failed the run yet: nobody
+    # would read this decision. The run fails now, and the decision is refused, not lost.
+    if run_state.run_fail_if_orphaned(request.run_id):
+        raise Gone(services.MSG_RUN_FINISHED, code="run_finished")
     if decision == Decision.ALWAYS and not request.suggested_rule:
         raise Invalid(MSG_NO_RULE, code="no_rule")
     allowed = decision in (Decision.ALLOW, Decision.ALWAYS)

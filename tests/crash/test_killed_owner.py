@@ -19,7 +19,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from askuser.models import Question, QuestionStatus
+from askuser.models import PermissionRequest, PermissionStatus, Question, QuestionStatus
 from promptmgr.models import Run, RunStatus
 from promptmgr.recovery import MSG_ORPHANED
 from tests.crash.conftest import ServerProcess
@@ -147,3 +147,25 @@ def test_an_answer_sent_to_a_live_server_for_a_dead_servers_run_is_refused_at_on
     assert Question.objects.get(question_id=run["question_id"]).status == QuestionStatus.CANCELLED
     wait_until(lambda: not alive(run["pids"]), timeout=10, what="every process of the run to end")
     assert os.path.exists(run["config"]) is False
+
+
+def test_a_decision_sent_to_a_live_server_for_a_dead_servers_run_is_refused_at_once(
+    start_server: StartServer, dora: Any
+) -> None:
+    project = make_project(owner=dora, engine="cli", permission_mode="default")
+    owner = start_server()
+    other = start_server(RUN_SWEEP_SECONDS="3600")
+    client = owner.login("dora")
+    bash = {"tool_use": {"name": "Bash", "input": {"command": "echo hi > out.txt", "description": "Write"}}}
+    started = start_run(client, project.pk, script(bash, {"text": "done"}))
+    card = read_sse(client, started["events_url"], until=lambda e: e.event == "permission_request")[-1]
+
+    owner.kill9()
+    refused = other.login("dora").post(
+        "/api/askuser/submit-decision", json={"request_id": card.data["request_id"], "decision": "allow"}
+    )
+    assert (refused.status_code, refused.json()["code"]) == (410, "run_finished"), refused.text
+    ended = Run.objects.get(pk=started["run_id"])
+    assert (ended.status, ended.error) == (RunStatus.FAILED, MSG_ORPHANED)
+    request = PermissionRequest.objects.get(request_id=card.data["request_id"])
+    assert (request.status, request.decided_by) == (PermissionStatus.CANCELLED, None)
