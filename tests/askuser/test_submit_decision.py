@@ -18,7 +18,9 @@ from django.utils import timezone
 from askuser import approvals
 from askuser.models import PermissionRequest, QuestionSource
 from core import events
+from promptmgr import live as promptmgr_live
 from promptmgr.models import PermissionRule, Run, RunStatus
+from promptmgr.runner import WORKER_ID
 from promptmgr.workspaces import workspace_path
 from tests.helpers import make_project, make_run
 
@@ -59,6 +61,8 @@ async def result_of(run: Run, request_id: str) -> dict[str, Any] | None:
 async def new_run(owner: Any) -> Run:
     project = await sync_to_async(make_project)(owner=owner)
     run: Run = await sync_to_async(make_run)(owner=owner, project=project)
+    # Owned by this process, as a run supervised here is: a decision for an unowned run fails it.
+    await promptmgr_live.set_owner(run.pk, WORKER_ID, ttl=60)
     return run
 
 
@@ -202,6 +206,7 @@ async def test_another_users_decision_is_404_and_changes_nothing(
 async def test_a_member_may_decide(transactional_db: Any, alice: Any, bob: Any) -> None:
     project = await sync_to_async(make_project)(owner=alice, members=(bob,))
     run = await sync_to_async(make_run)(owner=alice, project=project)
+    await promptmgr_live.set_owner(run.pk, WORKER_ID, ttl=60)
     request_id = await ask(run)
 
     response = await decide(await signed_in(bob), request_id, "allow")
