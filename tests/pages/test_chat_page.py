@@ -86,7 +86,7 @@ def test_tool_calls_are_compact_and_expand_to_input_and_result(open_chat: OpenCh
     expect(last_reply(page)).to_have_text("Read it.")
 
 
-def test_the_prompt_box_is_locked_while_a_run_is_active_and_cancel_stops_it(
+def test_the_prompt_box_stays_usable_while_a_run_is_active_and_cancel_stops_it(
     open_chat: OpenChat, alice: Any
 ) -> None:
     project = make_project(owner=alice)
@@ -96,7 +96,11 @@ def test_the_prompt_box_is_locked_while_a_run_is_active_and_cancel_stops_it(
 
     expect(page.locator(".msg-text.is-streaming")).to_be_visible()
     expect(page.locator("[data-role=status]")).to_have_text("Running")
-    expect(page.locator(PROMPT)).to_be_disabled()
+    # While Claude works, what is typed goes into the running turn (issue 20).
+    expect(page.locator(PROMPT)).to_be_enabled()
+    expect(page.locator(PROMPT)).to_have_attribute(
+        "placeholder", "Claude is working — your message goes into the running turn"
+    )
     page.get_by_role("button", name="Cancel").click()
     expect(page.locator("[data-role=status]")).to_have_text("Cancelled")
     expect(page.get_by_role("button", name="Cancel")).to_be_hidden()
