@@ -45,7 +45,10 @@ def test_a_failed_clone_shows_its_reason_on_both_pages(client_for: Any, alice: A
     chat = client.get(f"/projects/{project.pk}/").content.decode()
 
     assert "Clone failed: Could not clone file://" in listing
-    assert "The clone failed: Could not clone file://" in chat and "does not appear to be a git repository" in chat
+    assert (
+        "The clone failed: Could not clone file://" in chat
+        and "does not appear to be a git repository" in chat
+    )
 
 
 def test_the_project_page_shows_its_disk_use(client_for: Any, alice: Any, origin: Path) -> None:
