@@ -73,3 +73,21 @@ def test_a_suggestion_shows_on_the_card_and_the_persons_choice_is_sent(
 
     expect(last_reply(page)).to_contain_text("User selected: SQLite", timeout=SLOW)
     expect(card.locator(".qcard-answer")).to_have_text("You answered: SQLite", timeout=SLOW)
+
+
+def test_a_suggestion_accepted_on_the_card_is_sent_as_the_persons_answer(
+    open_chat: OpenChat, page: Any, alice: Any
+) -> None:
+    project = make_project(
+        owner=alice,
+        answer_policy="suggest",
+        answer_policy_instructions="We always use Postgres for databases.",
+    )
+    open_chat(project)
+    send_prompt(page, script(ask("Which database?", ["SQLite", "Postgres"]), QUOTE))
+
+    card = page.locator(".qcard")
+    card.get_by_role("button", name="Use this answer").click(timeout=SLOW)
+
+    expect(last_reply(page)).to_contain_text("User selected: Postgres", timeout=SLOW)
+    expect(card.locator(".qcard-answer")).to_have_text("You answered: Postgres")

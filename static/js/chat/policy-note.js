@@ -9,8 +9,11 @@ function answerText(answers) {
   return Object.values(answers || {}).join(" · ");
 }
 
-/** The note for a policy_decision event: {mode, decision, answers, reasoning, reserved, outcome, answer_at}. */
-export function policyNote(data) {
+/**
+ * The note for a policy_decision event: {mode, decision, answers, reasoning, reserved, outcome, answer_at}.
+ * ``onAccept`` (a suggested answer): the person sends the policy's answer as theirs.
+ */
+export function policyNote(data, { onAccept } = {}) {
   const note = el("div", { class: "policy-note", dataset: { policyDecision: data.decision } });
   let heading;
   if (data.decision === "defer") {
@@ -26,6 +29,11 @@ export function policyNote(data) {
     note.append(el("p", { class: "policy-when", text: "unless someone answers first" }));
   }
   if (data.reasoning) note.append(el("p", { class: "policy-reasoning", text: data.reasoning }));
+  if (onAccept && data.mode === "suggest" && data.decision === "answer") {
+    const accept = el("button", { type: "button", class: "policy-accept", text: "Use this answer" });
+    accept.addEventListener("click", () => onAccept(accept));
+    note.append(el("p", { class: "policy-actions" }, accept));
+  }
   return note;
 }
 

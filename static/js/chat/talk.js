@@ -30,7 +30,7 @@ export class Talk {
     const card = this.view.cards.get(data.question_id || data.request_id);
     switch (name) {
       case "policy_decision":
-        card?.showPolicy(policyNote(data));
+        card?.showPolicy(policyNote(data, { onAccept: (button) => this.accept(card, data, button) }));
         break;
       case "ask_user_answered":
         if (data.by_policy && card) card.showPolicy(answeredByPolicy(data, { onOverride: () => this.override(card) }));
@@ -61,6 +61,17 @@ export class Talk {
       submitLate: (body) => this.view.api.post(withId(this.view.config.lateAnswerUrl, card.id), body),
       onNextPrompt: (result) => this.view.followRun(result.run_id, result.events_url),
     });
+  }
+
+  /** The person accepts the policy's suggestion: it is sent as their answer (labels by question). */
+  async accept(card, data, button) {
+    button.disabled = true;
+    try {
+      await this.view.api.post(this.view.config.submitAnswerUrl, { question_id: card.id, answers: data.answers });
+    } catch (error) {
+      button.disabled = false;
+      card.showError(error.detail || String(error));
+    }
   }
 
   /** A member answers in place of the policy (the same endpoint; 409 once Claude took it). */
