@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ from core import events
 from promptmgr import live
 from promptmgr.event_history import persist_events
 from promptmgr.models import RunStatus
+from promptmgr.runner import WORKER_ID
 from tests.helpers import make_project, make_run
 
 pytestmark = pytest.mark.e2e
@@ -82,17 +84,26 @@ def finished_run_with_events(project: Any, user: Any) -> int:
 
 
 def live_run_token(project: Any, user: Any) -> tuple[int, str]:
-    """A running run, owned (so no sweep ends it), with a real relay token."""
+    """A running run with a real relay token."""
     run = make_run(owner=user, project=project, status=RunStatus.RUNNING)
 
     async def open_relay() -> str:
         session = await runtime.relay_session_open(
             run_id=run.pk, project_id=project.pk, stream_token=str(run.stream_token), timeout=60
         )
-        await live.set_owner(run.pk, "schema-test", ttl=3600)
+        # Owned by the served worker (it runs in this process), so no sweep ends it.
+        await live.set_owner(run.pk, WORKER_ID, ttl=3600)
         return str(json.loads(session.config_path.read_text())["relayToken"])
 
     return int(run.pk), asyncio.run(open_relay())
+
+
+def is_uuid(value: Any) -> bool:
+    try:
+        uuid.UUID(str(value))
+    except ValueError:
+        return False
+    return isinstance(value, str)
 
 
 @dataclass(frozen=True)
@@ -100,10 +111,20 @@ class RealIds:
     project_id: int
     finished_run: int
     live_run: int
+    question_id: str
+    request_id: str
 
     def draw(self, data: st.DataObject, case: Any) -> None:
         """Point generated ids at things that exist, now and then, so the success paths
-        are checked too (random integers almost never name a project or a run)."""
+        are checked too (random integers and UUIDs almost never name a project, a run or a
+        question)."""
+        for values in (case.query, case.body):
+            if not isinstance(values, dict):
+                continue
+            for name, real in (("question_id", self.question_id), ("request_id", self.request_id)):
+                # Only a valid generated id: an invalid one is what a negative case tests.
+                if is_uuid(values.get(name)):
+                    values[name] = data.draw(st.sampled_from([real, values[name]]))
         params = case.path_parameters or {}
         if "project_id" in params:
             params["project_id"] = data.draw(st.sampled_from([self.project_id, params["project_id"]]))
@@ -197,7 +218,24 @@ def test_every_operation_answers_as_its_openapi_schema_says(
     assert len(operations) == len(results), [result for result in results if not isinstance(result, Ok)]
     assert len(operations) >= 17, [op.label for op in operations]
 
-    ids = RealIds(project_id=project.pk, finished_run=finished_run, live_run=live_run)
+    # A question and a permission request of the live run, waiting for the browser.
+    relayed = {"Authorization": f"Bearer {relay_token}"}
+    question = requests.post(
+        f"{app_server.url}/api/askuser/relay-question", json={"question": "Go on?"}, headers=relayed
+    )
+    permission = requests.post(
+        f"{app_server.url}/api/askuser/relay-permission",
+        json={"tool_name": "Bash", "input": {"command": "make"}, "tool_use_id": "toolu_schema"},
+        headers=relayed,
+    )
+    assert question.status_code == permission.status_code == 201, (question.text, permission.text)
+    ids = RealIds(
+        project_id=project.pk,
+        finished_run=finished_run,
+        live_run=live_run,
+        question_id=question.json()["question_id"],
+        request_id=permission.json()["request_id"],
+    )
     seen: dict[str, Counter[int]] = {}
     failures: dict[str, str] = {}
     for operation in operations:
