@@ -62,7 +62,8 @@ HOLD_EVENTS_AFTER_ANSWER = """
 
 def wait_until_claude_went_on(page: Any) -> None:
     """Claude got the answer and went on: its tool result is among the held-back events."""
-    page.wait_for_function("window.__heldEvents.some((held) => held.type === 'tool_result')")
+    # A function, not an expression string: Playwright evals a string, which the CSP forbids.
+    page.wait_for_function("() => window.__heldEvents.some((held) => held.type === 'tool_result')")
 
 
 def release_events(page: Any) -> None:

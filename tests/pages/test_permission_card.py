@@ -261,7 +261,7 @@ def test_a_waiting_request_notifies_with_the_tool_and_what_it_would_do(
     append_event_sync(run_id, "permission_request", data)
 
     expect(card_of(page, data)).to_be_visible()
-    page.wait_for_function("window.__shown.length === 1")
+    page.wait_for_function("() => window.__shown.length === 1")
     assert page.evaluate("window.__shown") == [
         {"title": "Claude is waiting for your answer", "body": "Bash: npm test"}
     ]

@@ -454,7 +454,7 @@ def test_notification_permission_is_asked_once_and_a_question_notifies(
     send_prompt(page, script(ask("Which database?", ["SQLite", "PostgreSQL"]), QUOTE))
 
     expect(page.locator(".qcard.is-pending")).to_be_visible()
-    page.wait_for_function("window.__shown.length === 1")
+    page.wait_for_function("() => window.__shown.length === 1")
     assert page.evaluate("window.__shown") == [
         {"title": "Claude is waiting for your answer", "body": "Which database?"}
     ]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-VIEWPORTS = {
+VIEWPORTS: dict[str, dict[str, Any]] = {
     "desktop": {"viewport": {"width": 1280, "height": 800}},
     "phone": {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True},
 }
