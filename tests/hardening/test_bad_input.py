@@ -186,3 +186,17 @@ def test_a_last_event_id_query_that_is_no_event_id_answers_422(
 
     assert response.status_code == 422
     assert response.json()["code"] == "invalid"
+
+
+def test_a_3_mb_form_to_a_page_is_refused_as_a_bad_request_not_a_500(app_server: Any) -> None:
+    client = httpx.Client(base_url=app_server.url, timeout=30)
+    client.get("/accounts/login/")
+
+    response = client.post(
+        "/accounts/login/",
+        content=b"username=" + b"x" * THREE_MB,
+        headers={"Content-Type": "application/x-www-form-urlencoded", "Referer": f"{app_server.url}/"},
+    )
+
+    # Django's own answer to RequestDataTooBig outside the API (a SuspiciousOperation).
+    assert response.status_code == 400
