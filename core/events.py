@@ -287,6 +287,7 @@ class RunTail:
         self.loop = loop
         self.waiters = 0
         self.stopped = False
+        self.failing = False  # its last read met an unreachable Redis
         self._idle_since = loop.time()
         self._next: asyncio.Future[list[Event]] = loop.create_future()
         # A fresh context: the tail outlives the request that started it.
@@ -318,7 +319,6 @@ class RunTail:
     async def _read(self) -> None:
         client = blocking_client()
         backoff = BACKOFF_START
-        failing = False
         try:
             while True:
                 try:
@@ -327,13 +327,13 @@ class RunTail:
                     )
                 except redis.RedisError as exc:
                     outage_seen(exc)
-                    failing = True
+                    self.failing = True
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX)
                     continue
-                if failing:
+                if self.failing:
                     outage_over()
-                    failing, backoff = False, BACKOFF_START
+                    self.failing, backoff = False, BACKOFF_START
                 batch = [
                     _decode(entry_id, fields) for _key, entries in reply or [] for entry_id, fields in entries
                 ]

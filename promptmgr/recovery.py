@@ -34,7 +34,7 @@ from django.utils import timezone
 
 from askuser import facade as askuser
 from core import events
-from core.redis import outage_seen
+from core.redis import get_redis, outage_over, outage_seconds, outage_seen
 
 from . import live, sandbox
 from .event_history import persist_events
@@ -153,11 +153,15 @@ def recover_orphaned_runs() -> list[int]:
     """One sweep: every active run nobody owns any more becomes failed."""
     recovered = []
     try:
+        if outage_seconds():  # an outage was seen (maybe only by requests): is it over?
+            get_redis().ping()
         for run in Run.objects.active():
             if recover_run_if_orphaned(run):
                 recovered.append(run.pk)
     except redis.RedisError as exc:
         outage_seen(exc)  # one warning per outage (core.redis), not one per sweep
+    else:
+        outage_over()
     if recovered:
         logger.warning("marked %d orphaned runs as failed: %s", len(recovered), recovered)
     _remove_leftovers()

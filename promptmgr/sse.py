@@ -25,7 +25,7 @@ from asgiref.sync import sync_to_async
 
 from core import events as live_events
 from core.events import Event, RunTail
-from core.redis import encode_json, outage_seconds, outage_seen
+from core.redis import encode_json, outage_seen
 
 from . import lifecycle
 from .services.runs import run_is_active, stored_events
@@ -40,7 +40,7 @@ CLOSING_GRACE = 5.0
 # Redis calls of all streams of a worker at once (catching up, existence checks): a
 # crowd of clients opening together must not open a connection each.
 _REDIS_CALLS = 8
-_redis_slots: dict[int, asyncio.Semaphore] = {}
+_redis_slots: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
 T = TypeVar("T")
 
 
@@ -64,8 +64,11 @@ class EventSource(Protocol):
 
 async def _limited(call: Awaitable[T]) -> T:
     loop = asyncio.get_running_loop()
-    slots = _redis_slots.setdefault(id(loop), asyncio.Semaphore(_REDIS_CALLS))
-    async with slots:
+    cached = _redis_slots.get(id(loop))
+    # The identity check guards against a new loop reusing a dead loop's id.
+    if cached is None or cached[0] is not loop:
+        cached = _redis_slots[id(loop)] = (loop, asyncio.Semaphore(_REDIS_CALLS))
+    async with cached[1]:
         return await call
 
 
@@ -83,11 +86,11 @@ class RunEventSource:
                 self._in_redis = await _limited(live_events.stream_exists(self.run_id))
             if self._in_redis:
                 events = await self._from_redis(after, wait_seconds)
+                if not events and self._tail is not None and self._tail.failing:
+                    raise SourceUnavailable  # the shared reader cannot read either
                 # An empty wait may mean the stream expired meanwhile: look again.
                 self._in_redis = bool(events) or await _limited(live_events.stream_exists(self.run_id))
                 if events or self._in_redis:
-                    if not events and outage_seconds() > 0:
-                        raise SourceUnavailable  # the tail cannot read either
                     return events
         except redis.RedisError as exc:
             outage_seen(exc)

@@ -115,3 +115,18 @@ async def test_an_unexpected_error_ends_the_stream_cleanly_too() -> None:
     chunks = [c async for c in event_stream(Broken([], down=0), after=4, heartbeat=0.05)]
 
     assert chunks[-1].startswith(b"retry: 5000\nid: 4\nevent: reconnect\n")
+
+
+@pytest.mark.django_db
+def test_an_outage_only_requests_met_is_declared_over_by_the_next_sweep(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from promptmgr.recovery import recover_orphaned_runs
+
+    core_redis.outage_seen(ConnectionError("refused"))  # as the API's 503 handler reports it
+    assert core_redis.outage_seconds() > 0
+
+    recover_orphaned_runs()  # Redis answers again
+
+    assert core_redis.outage_seconds() == 0
+    assert any(r.getMessage().startswith("Redis is reachable again") for r in caplog.records)
