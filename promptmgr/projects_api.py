@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
-from pydantic import field_validator
+from pydantic import ConfigDict, field_validator
 
 from core.schemas import errors
 from promptmgr.models import PermissionRule, Project
@@ -42,11 +42,13 @@ router = Router()
 
 EngineName = Literal["cli", "sdk"]
 PermissionModeName = Literal["default", "acceptEdits", "plan", "bypassPermissions"]
+AnswerPolicyName = Literal["off", "suggest", "auto"]
+POLICY_HELP = "off; suggest: the policy's answer shows on the card; auto: it answers after the delay."
+POLICY_DELAY_HELP = "Auto: seconds people have to answer first (0: at once; below the ask-user timeout)."
+INSTRUCTIONS_HELP = "The team's rules for answering, in plain words."
+POLICY_PERMISSIONS_HELP = "Let the policy decide tool approvals (never Bash unless instructions allow it)."
 
 
-class ProjectIn(Schema):
-    name: str = Field(max_length=200)
-    context: str = ""
 GIT_URL_HELP = "Repository to clone (schemes allowed by WORKSPACE_GIT_SCHEMES); empty: a fresh repository."
 GIT_TOKEN_HELP = "Access token for an https URL; write-only, stored encrypted. Empty string: remove it."
 GIT_SSH_KEY_HELP = (
@@ -56,8 +58,14 @@ COPY_GLOBS_HELP = (
     "Git-ignored files copied from the main checkout into each new worktree, one pattern a line."
 )
 SETUP_HELP = "Shell command run once in each new worktree before Claude starts (staff only)."
+COMMIT_HELP = (
+    "Commit each run's changes on the conversation's branch (the user as author, the prompt as message)."
+)
 
 
+class ProjectIn(Schema):
+    name: str = Field(max_length=200)
+    context: str = ""
     engine: EngineName = "cli"
     ask_user_enabled: bool = True
     ask_user_timeout: int | None = Field(
@@ -65,16 +73,33 @@ SETUP_HELP = "Shell command run once in each new worktree before Claude starts (
     )
     permission_mode: PermissionModeName = "acceptEdits"
     model: str = Field("", max_length=100, description="Empty: the CLI's default model.")
-
-
-class ProjectPatch(Schema):
     git_url: str = Field("", max_length=1000, description=GIT_URL_HELP)
     git_ref: str = Field("", max_length=255, description="Branch or tag to start from; empty: the default.")
     git_token: str | None = Field(None, max_length=10_000, description=GIT_TOKEN_HELP)
     git_ssh_key: str | None = Field(None, max_length=20_000, description=GIT_SSH_KEY_HELP)
     worktree_copy_globs: str = Field("", max_length=5000, description=COPY_GLOBS_HELP)
     worktree_setup_command: str = Field("", max_length=5000, description=SETUP_HELP)
+    commit_after_run: bool = Field(False, description=COMMIT_HELP)
+    answer_policy: AnswerPolicyName = Field("off", description=POLICY_HELP)
+    answer_policy_delay: int = Field(30, ge=0, le=900, description=POLICY_DELAY_HELP)
+    answer_policy_instructions: str = Field("", max_length=20_000, description=INSTRUCTIONS_HELP)
+    answer_policy_permissions: bool = Field(False, description=POLICY_PERMISSIONS_HELP)
+
+
+def _not_nullable(schema: dict[str, Any]) -> None:
+    """The published schema of a patch: every field may be left out, none may be null."""
+    for prop in schema.get("properties", {}).values():
+        options = [o for o in prop.pop("anyOf", []) if o.get("type") != "null"]
+        if len(options) == 1:
+            prop.update(options[0])
+        elif options:
+            prop["anyOf"] = options
+
+
+class ProjectPatch(Schema):
     """Only the fields sent are changed; ``null`` is a value, refused by validation."""
+
+    model_config = ConfigDict(json_schema_extra=_not_nullable)
 
     name: str | None = Field(None, max_length=200)
     context: str | None = None
@@ -83,15 +108,20 @@ class ProjectPatch(Schema):
     ask_user_timeout: int | None = None
     permission_mode: PermissionModeName | None = None
     model: str | None = Field(None, max_length=100)
-
-    @field_validator("*", mode="before")
-    @classmethod
     git_url: str | None = Field(None, max_length=1000, description="Only while the clone has failed.")
     git_ref: str | None = Field(None, max_length=255, description="Only while the clone has failed.")
     git_token: str | None = Field(None, max_length=10_000, description=GIT_TOKEN_HELP)
     git_ssh_key: str | None = Field(None, max_length=20_000, description=GIT_SSH_KEY_HELP)
     worktree_copy_globs: str | None = Field(None, max_length=5000, description=COPY_GLOBS_HELP)
     worktree_setup_command: str | None = Field(None, max_length=5000, description=SETUP_HELP)
+    commit_after_run: bool | None = Field(None, description=COMMIT_HELP)
+    answer_policy: AnswerPolicyName | None = Field(None, description=POLICY_HELP)
+    answer_policy_delay: int | None = Field(None, ge=0, le=900, description=POLICY_DELAY_HELP)
+    answer_policy_instructions: str | None = Field(None, max_length=20_000, description=INSTRUCTIONS_HELP)
+    answer_policy_permissions: bool | None = Field(None, description=POLICY_PERMISSIONS_HELP)
+
+    @field_validator("*", mode="before")
+    @classmethod
     def _refuse_null(cls, value: Any) -> Any:
         # Defaults are not validated, so only an explicit null reaches this.
         if value is None:
@@ -108,9 +138,6 @@ class ProjectOut(Schema):
     ask_user_timeout: int
     permission_mode: str
     model: str
-    owner: str
-    is_owner: bool
-    created_at: datetime
     git_url: str
     git_ref: str
     default_branch: str
@@ -119,6 +146,14 @@ class ProjectOut(Schema):
     git_secret_kind: str = Field(description='"", "token" or "ssh_key"; the secret itself is never shown')
     worktree_copy_globs: str
     worktree_setup_command: str
+    commit_after_run: bool
+    answer_policy: str
+    answer_policy_delay: int
+    answer_policy_instructions: str
+    answer_policy_permissions: bool
+    owner: str
+    is_owner: bool
+    created_at: datetime
     updated_at: datetime
 
     @staticmethod

@@ -58,10 +58,10 @@ def project_list(request: HttpRequest) -> HttpResponse:
             messages.success(request, PROJECT_CREATED.format(name=project.name))
             return redirect("project_detail", project_id=project.pk)
     projects = Project.objects.visible_to(request.user).select_related("owner")
-    # A form that failed is answered 400 so scripts and tests can tell; browsers show it as usual.
-    status = 400 if form.is_bound else 200
     # The page reloads itself while a clone is under way, so its end shows without a click.
     cloning = projects.filter(workspace_status=WorkspaceStatus.CLONING).exists()
+    # A form that failed is answered 400 so scripts and tests can tell; browsers show it as usual.
+    status = 400 if form.is_bound else 200
     context = {"projects": projects, "form": form, "cloning": cloning}
     return render(request, "projects/list.html", context, status=status)
 
@@ -98,13 +98,13 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "chat": chat,
         "ask_user_on": project_asks_user(project),
         "demo_triggers": demo_triggers(project=project) if settings.DEMO_MODEL else [],
+        "disk_bytes": project_disk_bytes(project),
     }
     return render(request, "projects/detail.html", context)
 
 
 def _settings_page(
     request: HttpRequest,
-        "disk_bytes": project_disk_bytes(project),
     project: Project,
     *,
     form: ProjectSettingsForm | None = None,

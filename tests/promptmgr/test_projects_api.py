@@ -88,6 +88,11 @@ def test_owner_gets_every_field(client_for: ClientFor, project: Project, alice: 
         "git_secret_kind": "",
         "worktree_copy_globs": "",
         "worktree_setup_command": "",
+        "commit_after_run": False,
+        "answer_policy": "off",
+        "answer_policy_delay": 30,
+        "answer_policy_instructions": "",
+        "answer_policy_permissions": False,
         "owner": "alice",
         "is_owner": True,
         "created_at": None,
@@ -223,6 +228,17 @@ def test_member_can_patch_project_settings(client_for: ClientFor, project: Proje
     assert response.status_code == 200
     assert response.json()["ask_user_enabled"] is False
     assert not (workspace_path(project) / ".mcp.json").exists()
+
+
+def test_commit_after_run_is_switched_on_through_the_api(
+    client_for: ClientFor, project: Project, alice: Any
+) -> None:
+    response = _patch(client_for(alice), project, {"commit_after_run": True})
+
+    assert response.status_code == 200
+    assert response.json()["commit_after_run"] is True
+    project.refresh_from_db()
+    assert project.commit_after_run is True
 
 
 def test_other_user_gets_404_and_nothing_changes(client_for: ClientFor, project: Project, carol: Any) -> None:
