@@ -63,7 +63,9 @@ class Project(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="owned_projects"
     )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="member_projects")
-    context = models.TextField(blank=True, help_text="Becomes the workspace's CLAUDE.md.")
+    context = models.TextField(
+        blank=True, help_text="Becomes CLAUDE.local.md in each of the project's worktrees."
+    )
     engine = models.CharField(max_length=8, choices=Engine.choices, default=Engine.CLI)
     ask_user_enabled = models.BooleanField(
         "ask-user enabled",
