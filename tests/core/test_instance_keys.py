@@ -88,8 +88,8 @@ def test_a_second_database_on_the_same_redis_and_prefix_sees_nothing_of_the_firs
     assert first["run_id"] == second["run_id"] == 1
     assert first["prefix"] != second["prefix"]
     assert first["prefix"].startswith(f"{prefix}:") and second["prefix"].startswith(f"{prefix}:")
-    # The first database's run 1 asked a question; its events and card exist...
-    assert [e.get("status") or "question" for e in first["events_after"]] == ["waiting_for_user", "question"]
+    # The first database's run 1 asked a question; its card and events exist...
+    assert [e.get("status") or "question" for e in first["events_after"]] == ["question", "waiting_for_user"]
     # ...and the second database's run 1 shows nothing of them.
     assert second["events_before"] == []
     assert second["question_before"] is None

@@ -112,7 +112,7 @@ class StreamingCli:
 
 
 def is_result(line: dict[str, Any]) -> bool:
-    return line["type"] == "result"
+    return bool(line["type"] == "result")
 
 
 def first_delta(line: dict[str, Any]) -> bool:

@@ -9,7 +9,6 @@ import pytest
 from playwright.sync_api import expect
 
 from promptmgr.models import Conversation
-from promptmgr.workspaces import workspace_path
 from tests.helpers import make_project, script
 from tests.pages.chat import PROMPT, OpenChat, last_reply, send_prompt
 
@@ -68,7 +67,8 @@ def test_the_next_prompt_continues_the_same_conversation(open_chat: OpenChat, al
 
 def test_tool_calls_are_compact_and_expand_to_input_and_result(open_chat: OpenChat, alice: Any) -> None:
     project = make_project(owner=alice, context="Use tabs, never spaces.")
-    claude_md = str(workspace_path(project) / "CLAUDE.local.md")
+    # Relative: the run works in its conversation's worktree, where the context is written.
+    claude_md = "CLAUDE.local.md"
     page = open_chat(project)
 
     send_prompt(

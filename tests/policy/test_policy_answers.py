@@ -75,7 +75,9 @@ async def test_a_member_overrides_the_policys_answer_until_claude_takes_it(
     assert (answer.outcome, answer.overridden_by_id) == ("overridden", bob.pk)
 
     with pytest.raises(Conflict) as again:
-        await services.answer_submit(question_id=question_id, user=alice, body=AnswerIn(answer="Postgres"))
+        await services.answer_submit(
+            question_id=question_id, user=alice, body=AnswerIn.model_validate({"answer": "Postgres"})
+        )
     assert again.value.code == "already_answered"
     names = [e.event for e in await events.read_events(run.pk, 0)]
     assert names.count("ask_user_answered") == 2
@@ -91,7 +93,9 @@ async def test_once_claude_took_the_policys_answer_an_override_is_refused_with_4
     assert taken.answer is not None and taken.answer.answers == {"Which database?": "Postgres"}
 
     with pytest.raises(Conflict) as refused:
-        await services.answer_submit(question_id=question_id, user=bob, body=AnswerIn(answer="SQLite"))
+        await services.answer_submit(
+            question_id=question_id, user=bob, body=AnswerIn.model_validate({"answer": "SQLite"})
+        )
     assert (refused.value.code, refused.value.detail) == ("already_taken", policy.MSG_POLICY_TAKEN)
     question = await Question.objects.aget(question_id=question_id)
     assert question.answered_by_policy is True
@@ -102,7 +106,9 @@ async def test_a_person_who_answers_first_wins_over_the_auto_policy(
     transactional_db: Any, alice: Any, bob: Any
 ) -> None:
     _run, question_id, answer = await ask(alice, bob)
-    await services.answer_submit(question_id=question_id, user=bob, body=AnswerIn(answer="SQLite"))
+    await services.answer_submit(
+        question_id=question_id, user=bob, body=AnswerIn.model_validate({"answer": "SQLite"})
+    )
 
     assert await policy.question_answer_apply(policy_id=answer.pk) is False
     await answer.arefresh_from_db()

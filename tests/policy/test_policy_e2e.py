@@ -191,7 +191,7 @@ def bash(command: str) -> dict[str, Any]:
 def test_the_policy_leaves_bash_to_a_person_unless_the_instructions_allow_it(
     app_server: LiveServer, alice: Any
 ) -> None:
-    fields = {
+    fields: dict[str, Any] = {
         "permission_mode": "default",
         "answer_policy": "auto",
         "answer_policy_delay": 0,

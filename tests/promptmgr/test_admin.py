@@ -127,6 +127,8 @@ def test_change_form_save_regenerates_claude_md(admin_client: Client, alice: Any
             "model": "",
             "ask_user_enabled": "on",
             "ask_user_timeout": "120",
+            "answer_policy": "off",
+            "answer_policy_delay": "30",
             **RULES_INLINE_EMPTY,
         },
     )

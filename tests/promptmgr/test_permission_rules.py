@@ -110,6 +110,8 @@ def test_the_admin_lists_a_projects_rules_and_removes_one(
         "model": "",
         "ask_user_enabled": "on",
         "ask_user_timeout": str(project.ask_user_timeout),
+        "answer_policy": project.answer_policy,
+        "answer_policy_delay": str(project.answer_policy_delay),
         "permission_rules-TOTAL_FORMS": "1",
         "permission_rules-INITIAL_FORMS": "1",
         "permission_rules-MIN_NUM_FORMS": "0",

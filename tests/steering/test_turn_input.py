@@ -51,7 +51,7 @@ async def test_a_message_taken_in_before_the_result_joined_the_running_turn() ->
     assert turn.take_deliveries() == [Delivery("m", "turn")]
     assert not pipe.closed
     turn.observe(RESULT)
-    assert pipe.closed and turn.ended
+    assert (pipe.closed, turn.ended) == (True, True)
     assert not await turn.send("Too late", "n")
 
 

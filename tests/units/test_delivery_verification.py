@@ -17,9 +17,10 @@ from askuser.answers import normalize_answers
 from askuser.models import Question, QuestionSource
 from core import events as live
 from core.questions import AnswerIn, QuestionSpec
+from promptmgr import live as promptmgr_live
 from promptmgr.engines.base import Item, read_line
 from promptmgr.processes import Line
-from promptmgr.runner import RunContext, RunSupervisor
+from promptmgr.runner import WORKER_ID, RunContext, RunSupervisor
 from tests.helpers import make_run
 
 pytestmark = pytest.mark.unit
@@ -50,6 +51,8 @@ def supervisor_with_context(owner: Any) -> tuple[RunSupervisor, RunContext]:
 
 
 async def answered_question(run_id: int, user: Any, source: QuestionSource = QuestionSource.MCP) -> str:
+    # Owned by this process, as a supervised run is: an answer to an unowned run fails it.
+    await promptmgr_live.set_owner(run_id, WORKER_ID, ttl=60)
     card = await services.question_create(
         run_id=run_id, source=source, questions=[QuestionSpec.model_validate(QUESTION)], timeout=300
     )
