@@ -75,7 +75,9 @@ bench: $(VENV)/.installed-app
 	$(PY) bench/askuser_latency.py
 	$(PY) bench/cli_startup.py
 	$(PY) bench/approval_latency.py
+	CLAUDE_SANDBOX=off $(PY) bench/approval_latency.py --question-rounds 0
 	$(PY) bench/decision_path.py
 	$(PY) bench/machinery.py
 	$(PY) bench/streams_footprint.py
 	$(PY) bench/workspace_git.py
+	$(PY) bench/isolation_cost.py

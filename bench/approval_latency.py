@@ -37,6 +37,10 @@ after ``--think-ms``, so the waiting side is parked when the decision comes, as 
    on the CLI engine the approve tool's result (``mcp_tee.py``) marks where our relay ends
    and the CLI's own share begins (reading the result, starting the shell, ``date``).
 
+Claude's tools run in the sandbox by default, so (2) then includes bubblewrap setting up
+each command (about 40 ms here); ``CLAUDE_SANDBOX=off`` measures the approval path alone,
+and ``make bench`` runs both.
+
 ``--tap-relay`` also passes the MCP server's calls to the app through ``http_tee.py`` (the
 app's ``INTERNAL_BASE_URL``), which stamps relay-permission reaching the app and the deciding
 poll-decision reply leaving it: that splits the approve tool's own share from the app's, at
@@ -54,6 +58,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import re
 import socket
 import sys
@@ -97,6 +102,12 @@ class Timeline:
     def ms(self, start: str, end: str) -> list[float]:
         first, then = self.marks[start], self.marks[end]
         return [(then[i] - first[i]) / 1e6 for i in sorted(first) if i in then]
+
+
+def sandbox_state() -> str:
+    """The app's CLAUDE_SANDBOX as this run had it: bubblewrap adds its start-up to (2)."""
+    off = os.environ.get("CLAUDE_SANDBOX", "").strip().lower() in {"0", "false", "no", "off"}
+    return "without the sandbox (CLAUDE_SANDBOX=off)" if off else "in the sandbox (bubblewrap, the default)"
 
 
 def iso_ns(value: str) -> int:
@@ -330,7 +341,8 @@ def report(results: Results, args: argparse.Namespace) -> None:
         "  (1) starts when the CLI asks for permission: approve tools/call (mcp_tee.py) or can_use_tool\n"
         "      request (stdout), as the question path starts at the ask_user tools/call. Before it, the\n"
         "      CLI spends its own time between printing the tool_use line and asking (shown apart).\n"
-        "  (2) ends at the command's own first instant: `date +%s%N` (see the module docstring)."
+        "  (2) ends at the command's own first instant: `date +%s%N` (see the module docstring).\n"
+        f"  Claude's tools ran {sandbox_state()}."
     )
     # (label, samples, target p50 or None for a figure shown beside the targets)
     rows: list[tuple[str, list[float], float | None]] = []
