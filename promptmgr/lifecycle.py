@@ -15,9 +15,11 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any
 
@@ -112,6 +114,25 @@ def _drain_on_signals(loop: asyncio.AbstractEventLoop) -> None:
         signal.signal(sig, handler)
 
 
+def _start_default_executor(loop: asyncio.AbstractEventLoop) -> None:
+    """The loop's default executor (``asyncio.to_thread``, ``run_in_executor(None)``) with
+    all its threads started now.
+
+    A ThreadPoolExecutor starts a thread whenever work arrives and none is idle, up to its
+    bound, and keeps it: a worker's thread count then creeps up after a busy moment (9 -> 11
+    after 300 streams, bench/streams_footprint.py) and looks like a leak. Started whole, the
+    pool is part of the worker's footprint from the first request, at the size asyncio
+    would have grown it to.
+    """
+    size = min(32, (os.cpu_count() or 1) + 4)
+    executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="default-executor")
+    # Each job waits for all the others, so every one of them needs a thread of its own.
+    barrier = threading.Barrier(size)
+    for job in [executor.submit(barrier.wait) for _ in range(size)]:
+        job.result(timeout=10)
+    loop.set_default_executor(executor)
+
+
 async def on_startup() -> None:
     """Load the instance id; start the Markdown render process; sweep what a crashed
     worker left (runs nobody owns any more, their secrets and temporary directories) now
@@ -132,6 +153,7 @@ async def on_startup() -> None:
     # Clones a stopped worker left in "cloning" past their time limit become retryable.
     await sync_to_async(clones_recover_interrupted)()
     _drain_on_signals(asyncio.get_running_loop())
+    _start_default_executor(asyncio.get_running_loop())
     # What start-up loaded (~160k objects: Django, the SDK, the app) lives as long as the
     # worker, and a full collection would walk all of it, stalling every stream of the
     # worker for 77-94 ms; frozen, 0.002 ms (bench/machinery.py): the collector skips it.
