@@ -12,6 +12,7 @@ from django.http import HttpRequest, StreamingHttpResponse
 from ninja import Field, Router, Schema, Status
 from ninja.params.functions import Header, Query
 
+from core.errors import Invalid
 from core.schemas import errors
 
 from .models import Run
@@ -135,6 +136,9 @@ SSE_RESPONSE = {
 }
 
 
+MSG_BAD_LAST_EVENT_ID = "last_event_id must be given once, as a whole number of 0 or more."
+
+
 def stream_start(header: str | None, query: int | None) -> int:
     """The id a stream starts after: ``Last-Event-ID`` (what EventSource sends when it
     reconnects), else ``?last_event_id=``, else 0.
@@ -159,6 +163,11 @@ async def run_events(
     last_event_id: int | None = Query(None, ge=0, le=MAX_EVENT_ID),
     last_event_id_header: str | None = Header(None, alias="Last-Event-ID"),
 ) -> StreamingHttpResponse:
+    # Pydantic's lax int takes "120.0", and a repeated parameter would pass as its last
+    # copy; the schema says one integer, so anything else is refused.
+    raw = request.GET.getlist("last_event_id")
+    if len(raw) > 1 or (raw and not (raw[0].isascii() and raw[0].isdigit())):
+        raise Invalid(MSG_BAD_LAST_EVENT_ID, code="invalid")
     await sync_to_async(runs_service.run_visible)(user=request.user, run_id=run_id)
     stream = event_stream(
         RunEventSource(run_id),

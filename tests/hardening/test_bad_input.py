@@ -188,6 +188,18 @@ def test_a_last_event_id_query_that_is_no_event_id_answers_422(
     assert response.json()["code"] == "invalid"
 
 
+@pytest.mark.parametrize(
+    "params", [{"last_event_id": "120.0"}, [("last_event_id", "1"), ("last_event_id", "2")]]
+)
+def test_a_last_event_id_query_that_is_not_one_whole_number_answers_422(
+    alice_client: httpx.Client, finished_run: Run, params: Any
+) -> None:
+    response = alice_client.get(f"/api/runs/{finished_run.pk}/events", params=params)
+
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid"
+
+
 def test_a_3_mb_form_to_a_page_is_refused_as_a_bad_request_not_a_500(app_server: Any) -> None:
     client = httpx.Client(base_url=app_server.url, timeout=30)
     client.get("/accounts/login/")
