@@ -14,7 +14,9 @@ from django.conf import settings
 
 from askuser import runtime
 from askuser.models import Question
+from promptmgr import live as promptmgr_live
 from promptmgr.models import Run, RunEvent
+from promptmgr.runner import WORKER_ID
 from tests.helpers import (
     QUOTE,
     ask,
@@ -35,6 +37,8 @@ QUESTION = {"question": "Proceed?", "options": [{"label": "Yes"}, {"label": "No"
 
 def active_run(project: Any, user: Any) -> Run:
     run: Run = make_run(owner=user, project=project)
+    # Owned by this process's worker, as a supervised run is: an answer to an unowned run fails it.
+    asyncio.run(promptmgr_live.set_owner(run.pk, WORKER_ID, ttl=300))
     return run
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from askuser import runtime
 from core import events as live
 from promptmgr.engines.base import Garbage, Item, Message, read_line
 from promptmgr.processes import TIMEOUT, Line, LineTimeout
@@ -16,6 +17,13 @@ from promptmgr.runner import RunSupervisor
 pytestmark = pytest.mark.unit
 
 MiB = 1024 * 1024
+
+
+@pytest.fixture(autouse=True)
+def _no_live_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No other test's relay token is live in this process: text that could begin one of
+    their encodings would be held back, and these tests count what is streamed at once."""
+    monkeypatch.setattr(runtime, "_encoded_tokens", {})
 
 
 async def test_an_over_long_line_is_left_out_with_a_message_that_says_so() -> None:
