@@ -207,6 +207,9 @@ async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id:
                 },
             )
             await events.append_event(run.pk, "run_status", {"status": RunStatus.QUEUED})
+            # Bounded from its first event: a short run can end before the first heartbeat
+            # would bound it, and its end sets the finished stream's TTL only after "done".
+            await events.bound_stream(run.pk, settings.RUN_MAX_DURATION + settings.EVENT_STREAM_TTL)
     except redis.RedisError:
         # Nothing half-written: without Redis the run cannot be watched, so it never existed.
         await sync_to_async(_discard_run)(run.pk)
