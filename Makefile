@@ -1,7 +1,10 @@
 # PromptManager
 #   make run    install, migrate, make sure Redis runs, create the demo login, serve on HOST:PORT
-#   make test   install with test and lint extras, then ruff, mypy and pytest (what CI runs)
+#   make test   install with test and lint extras, then ruff, mypy, the unit tests that use
+#               the database on PostgreSQL (make test-postgres), and pytest (what CI runs)
 #   make test-fast   only the unit tests (no Claude CLI, no browser), in under a minute
+#   make test-postgres   the unit tests that use the database, on a local PostgreSQL (installed
+#               and started when missing), in a minute or two
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -14,8 +17,12 @@ PORT ?= 8000
 # pytest-xdist workers: one holds the 870-second question, the others share the rest;
 # browser tests run one at a time on one of them (tests/conftest.py).
 TEST_WORKERS ?= 3
+# The PostgreSQL that make test-postgres uses (scripts/ensure-postgres.sh sets up a local
+# one); pytest-django creates and drops test_promptmanager_<checkout>_gwN in it. SQLite stays
+# the default everywhere else.
+POSTGRES_TEST_URL ?= postgres://promptmanager:promptmanager@127.0.0.1:5432/promptmanager
 
-.PHONY: venv install run test test-fast lint bench screenshots
+.PHONY: venv install run test test-fast test-postgres lint bench screenshots
 
 venv: $(PY)
 
@@ -54,11 +61,23 @@ test: $(VENV)/.installed-dev
 	scripts/ensure-redis.sh --binary
 	scripts/ensure-bubblewrap.sh
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory test-postgres
 	$(VENV)/bin/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-fast: $(VENV)/.installed-dev
 	scripts/ensure-redis.sh --binary
 	$(VENV)/bin/pytest -m unit -n 2
+
+# The unit tests that use the database (--database-tests: pytest-django's db fixtures or
+# marker; about 270) call the services, the API and the pages' ORM code directly: queries,
+# transactions, select_for_update, JSON fields, constraints. The e2e and browser tests reach
+# the same code through the CLI, real ports and Chromium, which would add ten minutes for
+# few other queries; tests/crash/conftest.py also hands its servers a SQLite URL.
+# --create-db: a test database an interrupted run left behind is made afresh.
+test-postgres: $(VENV)/.installed-dev
+	scripts/ensure-redis.sh --binary
+	scripts/ensure-postgres.sh "$(POSTGRES_TEST_URL)"
+	DATABASE_URL="$(POSTGRES_TEST_URL)" $(VENV)/bin/pytest -m unit --database-tests -n 2 --create-db
 
 # The pages in every look (desktop and a 390 px phone, light and dark) as PNGs in
 # docs/screenshots/, driven through the real app, CLI and scripted model.

@@ -26,6 +26,8 @@ MAX_PREVIEW_CHARS = 200_000
 EDIT_TOOLS = frozenset({"Edit", "MultiEdit"})
 READ_ONLY_TOOLS = frozenset({"Read", "Glob", "Grep", "LS", "NotebookRead", "TodoWrite"})
 SHELL_OPERATORS = ("&&", "||", ";", "|", ">", "<", "`", "$(", "\n", "&")
+# What PermissionRequest.suggested_rule and PermissionRule.rule hold (PostgreSQL refuses more).
+MAX_RULE_CHARS = 500
 
 
 def _text(value: Any) -> str:
@@ -180,7 +182,14 @@ def _bash_rule(command: str) -> str | None:
 
 
 def suggested_rule(tool_name: str, tool_input: dict[str, Any], root: Path | None) -> str | None:
-    """The allow rule "Always allow" adds for this call, or None when there is no safe one."""
+    """The allow rule "Always allow" adds for this call, or None when there is no safe one,
+    or it would be longer than a rule may be (an exact rule for a long compound command:
+    the card then offers to allow it once)."""
+    rule = _suggested_rule(tool_name, tool_input, root)
+    return rule if rule is not None and len(rule) <= MAX_RULE_CHARS else None
+
+
+def _suggested_rule(tool_name: str, tool_input: dict[str, Any], root: Path | None) -> str | None:
     if tool_name == "Bash":
         return _bash_rule(_text(tool_input.get("command")))
     if tool_name in FILE_EDIT_TOOLS:

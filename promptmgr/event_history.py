@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.events import Event, read_events
+from core.storable import storable
 
 from .models import RunEvent
 
@@ -15,9 +16,13 @@ def for_storage(events: list[Event]) -> list[Event]:
 
 
 def persist_events(run_id: int, events: list[Event]) -> None:
-    """Keep the run's events in the database so the conversation outlives Redis."""
+    """Keep the run's events in the database so the conversation outlives Redis (a NUL
+    character in them as U+FFFD: ``core.storable``)."""
     RunEvent.objects.bulk_create(
-        [RunEvent(run_id=run_id, seq=e.id, event=e.event, data=e.data) for e in for_storage(events)],
+        [
+            RunEvent(run_id=run_id, seq=e.id, event=e.event, data=storable(e.data))
+            for e in for_storage(events)
+        ],
         ignore_conflicts=True,
         batch_size=500,
     )

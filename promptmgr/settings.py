@@ -183,6 +183,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     # A file, not memory, so the test server's threads and the test share one database.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / f"test-db-{os.getpid()}.sqlite3")}
+else:
+    # Test databases named after the checkout: two checkouts' test runs against one PostgreSQL
+    # never drop each other's, and what an interrupted run left behind is the next run's to
+    # drop and make afresh. pytest-django adds _gwN for each pytest-xdist worker.
+    _checkout = hashlib.sha256(str(BASE_DIR).encode()).hexdigest()[:8]
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{_checkout}"}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

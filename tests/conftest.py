@@ -39,6 +39,21 @@ CHROMIUM_ARGS = [
 # --- Markers and order -----------------------------------------------------------------
 
 KINDS = ("unit", "e2e", "browser")
+# pytest-django's ways in to the database: a test that uses none of them cannot touch it.
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--database-tests",
+        action="store_true",
+        help="only the tests that use the database (make test-postgres runs the unit ones on PostgreSQL)",
+    )
+
+
+def uses_the_database(item: pytest.Item) -> bool:
+    names = set(getattr(item, "fixturenames", ()))
+    return bool(names & DATABASE_FIXTURES) or item.get_closest_marker("django_db") is not None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -55,10 +70,38 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ]
     if unmarked:
         raise pytest.UsageError(f"each test needs exactly one of the markers {KINDS}: {unmarked[:10]}")
+    if config.getoption("database_tests"):
+        others = [item for item in items if not uses_the_database(item)]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = [item for item in items if uses_the_database(item)]
     for item in items:
         if item.get_closest_marker("browser") is not None:
             item.add_marker(pytest.mark.xdist_group("browser"))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+# --- The database -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's test database, which on PostgreSQL it can then drop at the end.
+
+    asgiref's thread for ``sync_to_async`` keeps its own connection open after the last
+    async test, and PostgreSQL refuses to drop a database with a session on it. End those
+    sessions first, so no test database is left behind (SQLite: nothing to do).
+    """
+    yield
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
 
 
 # --- Redis --------------------------------------------------------------------------

@@ -188,6 +188,23 @@ async def test_always_is_refused_when_there_is_no_safe_rule(transactional_db: An
 
 
 @pytest.mark.asyncio
+async def test_a_long_compound_command_is_asked_with_nothing_to_always_allow(
+    transactional_db: Any, alice: Any
+) -> None:
+    # Its exact rule would not fit a rule (PostgreSQL refuses to store it; SQLite would not).
+    command = "cd build && " + " && ".join(f"make target-{i}" for i in range(60))
+    run = await new_run(alice)
+    request_id = await ask(run, "Bash", {"command": command})
+
+    request = await PermissionRequest.objects.aget(request_id=request_id)
+    assert request.suggested_rule == ""
+    response = await decide(await signed_in(alice), request_id, "always")
+    assert (response.status_code, response.json()["code"]) == (422, "no_rule")
+    await decide(await signed_in(alice), request_id, "allow")
+    assert await result_of(run, request_id) == {"behavior": "allow", "updatedInput": {"command": command}}
+
+
+@pytest.mark.asyncio
 async def test_another_users_decision_is_404_and_changes_nothing(
     transactional_db: Any, alice: Any, bob: Any
 ) -> None:

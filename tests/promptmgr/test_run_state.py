@@ -83,5 +83,12 @@ def test_stderr_is_kept_apart_from_the_error(run: Run) -> None:
     assert (run.error, run.stderr_tail) == ("exited with code 3", "oops")
 
 
+def test_a_nul_in_stderr_or_the_error_is_kept_as_a_replacement_character(run: Run) -> None:
+    # PostgreSQL refuses NUL in text; the CLI's stderr may hold one.
+    run_state.run_finish(run.pk, Outcome(status=RunStatus.FAILED, error="bad\x00byte", stderr="a\x00b"))
+    run.refresh_from_db()
+    assert (run.error, run.stderr_tail) == ("bad\ufffdbyte", "a\ufffdb")
+
+
 def test_every_status_has_a_row_in_the_table() -> None:
     assert set(run_state.TRANSITIONS) == set(RunStatus.values)

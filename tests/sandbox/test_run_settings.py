@@ -51,12 +51,20 @@ def test_the_file_tools_are_blocked_outside_the_working_directory_and_denied_the
 
 
 def test_the_database_file_is_denied_as_a_file(workdir: Path, settings: Any, tmp_path: Path) -> None:
+    # SQLite whichever database the suite runs on (make test runs the unit tests on PostgreSQL too).
     database = tmp_path / "db.sqlite3"
-    settings.DATABASES = {"default": {**settings.DATABASES["default"], "NAME": str(database)}}
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(database)}
+    settings.DATABASES = {"default": {**settings.DATABASES["default"], **sqlite}}
     run = sandbox.run_settings(workdir=workdir)
     assert str(database) in run["sandbox"]["filesystem"]["denyRead"]
     assert f"Read(/{database})" in run["permissions"]["deny"]
     assert f"Read(/{database}-wal)" in run["permissions"]["deny"]
+
+
+def test_a_postgresql_database_has_no_file_to_deny(settings: Any) -> None:
+    postgresql = {"ENGINE": "django.db.backends.postgresql", "NAME": "promptmanager"}
+    settings.DATABASES = {"default": {**settings.DATABASES["default"], **postgresql}}
+    assert sandbox.database_files() == []
 
 
 def test_a_private_place_that_holds_the_working_directory_gets_no_deny_rule(

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from askuser.previews import preview, suggested_rule
+from askuser.models import PermissionRequest
+from askuser.previews import MAX_RULE_CHARS, preview, suggested_rule
+from promptmgr.models import PermissionRule
 
 pytestmark = pytest.mark.unit
 
@@ -119,6 +121,15 @@ def test_web_fetch_mcp_and_unknown_tools_have_their_own_shapes() -> None:
 )
 def test_bash_rules_are_a_command_prefix_or_exact_never_the_bare_tool(command: str, rule: str) -> None:
     assert suggested_rule("Bash", {"command": command}, None) == rule
+
+
+def test_a_rule_longer_than_a_rule_may_be_is_not_suggested() -> None:
+    # An exact rule for a long compound command: the card offers Allow once and Deny only.
+    assert suggested_rule("Bash", {"command": "make && " + "x" * 600}, None) is None
+    longest = "make && " + "x" * (MAX_RULE_CHARS - len("Bash(make && )"))
+    assert suggested_rule("Bash", {"command": longest}, None) == f"Bash({longest})"
+    fields = [PermissionRequest._meta.get_field("suggested_rule"), PermissionRule._meta.get_field("rule")]
+    assert [field.max_length for field in fields] == [MAX_RULE_CHARS, MAX_RULE_CHARS]
 
 
 def test_file_rules_name_a_file_of_the_workspace_and_nothing_outside(tmp_path: Path) -> None:
