@@ -84,8 +84,13 @@ async def _rounds(rounds: int, run_id: int, user: Any, marks: dict[str, int]) ->
     from askuser import approvals
     from askuser.models import QuestionSource
 
+    from promptmgr import live
+    from promptmgr.runner import WORKER_ID
+
     client = AsyncClient()
     await sync_to_async(client.force_login)(user)
+    # Owned by this process, as a supervised run is: a decision for a run nobody owns fails it.
+    await live.set_owner(run_id, WORKER_ID, ttl=600)
     samples: dict[str, list[float]] = {step: [] for step in STEPS}
     warm_up = 10
     for index in range(rounds + warm_up):
