@@ -83,7 +83,6 @@ async def _rounds(rounds: int, run_id: int, user: Any, marks: dict[str, int]) ->
 
     from askuser import approvals
     from askuser.models import QuestionSource
-
     from promptmgr import live
     from promptmgr.runner import WORKER_ID
 
