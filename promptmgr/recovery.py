@@ -1,7 +1,8 @@
 """The sweep: runs whose owner is gone end ``failed``, with their events kept.
 
 A worker owns each run it supervises through a Redis key (``live.owner_key``) naming the
-worker, and registers itself (``live.worker_key``: where it runs), both refreshed by its
+worker, its lease, taken with ``SET NX`` when the queue delivers the run (``runner.claim``),
+and registers itself (``live.worker_key``: where it runs), both refreshed by its
 heartbeat here, whatever its runs are doing. A run's owner is gone when:
 
 - the owner's registration lapsed (it stopped refreshing it: within ``live.WORKER_TTL``);
