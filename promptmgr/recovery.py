@@ -109,7 +109,9 @@ def recover_run_if_orphaned(run: Run) -> bool:
     if not run.is_active or not _owner_gone(run):
         return False
     try:
-        ended = run_state.run_finish(run.pk, run_state.Outcome(status=RunStatus.FAILED, error=MSG_ORPHANED))
+        # Only from the state judged: a queued run a worker takes meanwhile is not failed.
+        outcome = run_state.Outcome(status=RunStatus.FAILED, error=MSG_ORPHANED)
+        ended = run_state.run_finish(run.pk, outcome, expected=run.status)
     except run_state.IllegalTransition:
         return False  # it ended meanwhile, by its own worker
     if not ended:

@@ -119,3 +119,15 @@ def test_dramatiqs_retry_lines_of_an_outage_become_the_apps_one_warning(
         "Consumer encountered an unexpected error."
     ]
     assert sum(m.startswith(core_redis.MSG_OUTAGE.split("(")[0]) for m in messages) == 1
+
+
+@pytest.mark.asyncio
+async def test_the_sweep_fails_a_run_only_in_the_state_it_judged(transactional_db: Any, alice: Any) -> None:
+    # The sweep saw it queued with no owner; a worker took it meanwhile.
+    run = await sync_to_async(make_run)(owner=alice, status=RunStatus.QUEUED)
+    assert await claim(run.pk) is True
+    outcome = run_state.Outcome(status=RunStatus.FAILED, error="orphaned")
+
+    with pytest.raises(run_state.IllegalTransition):
+        await sync_to_async(run_state.run_finish)(run.pk, outcome, expected=RunStatus.QUEUED)
+    assert await status(run.pk) == RunStatus.RUNNING
