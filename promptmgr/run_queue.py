@@ -23,7 +23,9 @@ returns quietly; a run whose lease lapsed is failed by the sweep (``recovery``).
 
 Set here, not inherited from Dramatiq's defaults: no retries (``Retries(max_retries=0)``;
 a failed message is dead-lettered, never run again); a time limit above the longest run
-(``time_limit``); a prefetch equal to the worker's run slots, so a busy worker never holds
+(``time_limit``), kept by the actor's own wait rather than Dramatiq's TimeLimit middleware
+(whose default is 10 minutes, and whose thread, raising into the worker's, never stops);
+a prefetch equal to the worker's run slots, so a busy worker never holds
 messages another could run; the broker's heartbeat and dead-letter times. Redis must keep
 these keys: run it with ``maxmemory-policy noeviction`` in production.
 """
