@@ -1,4 +1,5 @@
-"""Start-up and shutdown of a web worker (the ASGI lifespan), and the drain on SIGTERM.
+"""Start-up and shutdown of a web worker (the ASGI lifespan) and of a queue worker
+(``manage.py runworker``: ``serve_worker``), and the drain on SIGTERM.
 
 uvicorn, told to stop, first waits for open connections to close, and only then sends
 the lifespan's shutdown. An SSE stream never closes by itself, so every shutdown would
@@ -87,9 +88,12 @@ def begin_drain() -> None:
 
 
 async def _run_drain(drain: Drain) -> None:
+    from promptmgr import run_queue
     from promptmgr.runner import shutdown_all
 
     logger.info("shutting down: stopping this worker's runs, then its open streams")
+    # Runs the queue delivers from now on go back to it, for another worker.
+    run_queue.begin_drain()
     # Their streams end with the runs' closing events meanwhile.
     await shutdown_all(timeout=DRAIN_RUNS_TIMEOUT)
     drain.closing_streams = True
@@ -133,11 +137,10 @@ def _start_default_executor(loop: asyncio.AbstractEventLoop) -> None:
     loop.set_default_executor(executor)
 
 
-async def on_startup() -> None:
-    """Load the instance id; start the Markdown render process; sweep what a crashed
-    worker left (runs nobody owns any more, their secrets and temporary directories) now
-    and then periodically; drain on SIGTERM; freeze what start-up loaded out of the
-    garbage collector's way."""
+async def start_run_host() -> None:
+    """What every process that runs or sweeps runs starts with: load the instance id;
+    start the Markdown render process; sweep what a crashed worker left (runs nobody owns
+    any more, their secrets and temporary directories) now and then periodically."""
     from core.redis import load_instance_uid
     from promptmgr.markdown import start_renderer
     from promptmgr.recovery import recover_orphaned_runs, start_sweeper
@@ -152,8 +155,10 @@ async def on_startup() -> None:
     await sync_to_async(recover_orphaned_runs)()
     # Clones a stopped worker left in "cloning" past their time limit become retryable.
     await sync_to_async(clones_recover_interrupted)()
-    _drain_on_signals(asyncio.get_running_loop())
     _start_default_executor(asyncio.get_running_loop())
+
+
+def _freeze() -> None:
     # What start-up loaded (~160k objects: Django, the SDK, the app) lives as long as the
     # worker, and a full collection would walk all of it, stalling every stream of the
     # worker for 77-94 ms; frozen, 0.002 ms (bench/machinery.py): the collector skips it.
@@ -161,27 +166,73 @@ async def on_startup() -> None:
     gc.freeze()
 
 
-async def on_shutdown() -> None:
-    """Stop every run this worker owns, reaping their process trees."""
+async def stop_run_host() -> None:
+    """Stop every run this process owns, reaping their process trees; then the sweeper,
+    the policy agents and this worker's registration."""
     from askuser import facade as askuser
-    from promptmgr import live
+    from promptmgr import live, run_queue
     from promptmgr.recovery import stop_sweeper
     from promptmgr.runner import WORKER_ID, shutdown_all
 
-    begin_drain()  # a shutdown that came without a signal (a test's server) drains too
-    drain = _drain()
-    if drain.task is not None:
-        await drain.task
     await stop_sweeper()
     await shutdown_all()
+    # The queue's worker threads are free once the runs ended; what they fetched and did
+    # not start goes back to the queue.
+    await run_queue.stop()
     # Policy agents still thinking, or waiting out their delay, stop with the worker.
     await askuser.policy_stop_all()
     with contextlib.suppress(Exception):  # Redis may be gone: the registration lapses anyway
         await live.worker_forget(WORKER_ID)
+
+
+async def on_startup() -> None:
+    """``start_run_host``; the run queue (with ``RUN_WORKER=embedded``, a worker taking runs
+    into this server's loop); drain on SIGTERM; freeze what start-up loaded out of the
+    garbage collector's way."""
+    from django.conf import settings
+
+    from promptmgr import run_queue
+
+    await start_run_host()
+    run_queue.start(worker=settings.RUN_WORKER == "embedded")
+    _drain_on_signals(asyncio.get_running_loop())
+    _freeze()
+
+
+async def on_shutdown() -> None:
+    """Stop every run this worker owns, reaping their process trees."""
+    begin_drain()  # a shutdown that came without a signal (a test's server) drains too
+    drain = _drain()
+    if drain.task is not None:
+        await drain.task
+    await stop_run_host()
     _drains.pop(id(asyncio.get_running_loop()), None)
     # Collectable again: a process that serves the app more than once (the tests) must
     # not keep what one serving left frozen.
     gc.unfreeze()
+
+
+async def serve_worker(concurrency: int) -> None:
+    """``manage.py runworker``: take runs off the queue until SIGTERM (or SIGINT), then
+    drain: runs delivered meanwhile go back to the queue, this worker's runs stop (their
+    streams end with their closing events) and the process exits within seconds."""
+    from promptmgr import internal_url, run_queue
+
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await start_run_host()
+    # The runs' MCP servers call INTERNAL_BASE_URL: a web process of this deployment must
+    # answer there (on this host's loopback); the log says so when none does.
+    check = loop.create_task(internal_url.check(internal_url.DEADLINE), name="internal-url-check")
+    run_queue.start(worker=True, concurrency=concurrency)
+    _freeze()
+    await stop.wait()
+    logger.info("shutting down: stopping this worker's runs")
+    check.cancel()
+    run_queue.begin_drain()
+    await stop_run_host()
 
 
 async def lifespan(scope: dict[str, Any], receive: Any, send: Any) -> None:

@@ -39,6 +39,13 @@ def owner_key(run_id: int) -> str:
     return run_key(run_id, "owner")
 
 
+def queue_namespace() -> str:
+    """Where the run queue (Dramatiq's Redis broker) keeps its keys: the queue, its messages,
+    its workers' heartbeats and unacknowledged messages. Dramatiq gives them no TTL; it
+    empties them itself as messages are acknowledged."""
+    return f"{key_prefix()}:queue"
+
+
 def worker_key(worker: str) -> str:
     """A live worker's registration: where it runs (``recovery.locality``), refreshed while it lives."""
     return f"{key_prefix()}:worker:{worker}"
@@ -128,8 +135,27 @@ async def cancel_requested(run_id: int) -> bool:
     return bool(await get_async_redis().exists(cancel_key(run_id)))
 
 
+async def claim_owner(run_id: int, worker: str, *, ttl: int) -> bool:
+    """Take the run's lease (``SET NX EX``); False when another worker holds it."""
+    return bool(await get_async_redis().set(owner_key(run_id), worker, nx=True, ex=ttl))
+
+
 async def set_owner(run_id: int, worker: str, *, ttl: int) -> None:
+    """Refresh the lease of a run this worker supervises."""
     await get_async_redis().set(owner_key(run_id), worker, ex=ttl)
+
+
+# Deletes the lease only while it is still the caller's.
+_RELEASE_OWNER_LUA = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+async def release_owner(run_id: int, worker: str) -> None:
+    """Give back a lease taken for nothing (the run had started or ended elsewhere)."""
+    client = get_async_redis()
+    await client.register_script(_RELEASE_OWNER_LUA)(keys=[owner_key(run_id)], args=[worker])
 
 
 def has_owner_sync(run_id: int) -> bool:

@@ -1,7 +1,8 @@
 """The sweep: runs whose owner is gone end ``failed``, with their events kept.
 
 A worker owns each run it supervises through a Redis key (``live.owner_key``) naming the
-worker, and registers itself (``live.worker_key``: where it runs), both refreshed by its
+worker, its lease, taken with ``SET NX`` when the queue delivers the run (``runner.claim``),
+and registers itself (``live.worker_key``: where it runs), both refreshed by its
 heartbeat here, whatever its runs are doing. A run's owner is gone when:
 
 - the owner's registration lapsed (it stopped refreshing it: within ``live.WORKER_TTL``);
@@ -108,7 +109,9 @@ def recover_run_if_orphaned(run: Run) -> bool:
     if not run.is_active or not _owner_gone(run):
         return False
     try:
-        ended = run_state.run_finish(run.pk, run_state.Outcome(status=RunStatus.FAILED, error=MSG_ORPHANED))
+        # Only from the state judged: a queued run a worker takes meanwhile is not failed.
+        outcome = run_state.Outcome(status=RunStatus.FAILED, error=MSG_ORPHANED)
+        ended = run_state.run_finish(run.pk, outcome, expected=run.status)
     except run_state.IllegalTransition:
         return False  # it ended meanwhile, by its own worker
     if not ended:

@@ -1,4 +1,4 @@
-"""The run supervisor: one asyncio task per run, in the web worker that started it.
+"""The run supervisor: one asyncio task per run, in the queue worker that took it.
 
 It starts the run's turn on the project's engine (``engines.cli``: ``claude -p
 --output-format stream-json``; ``engines.sdk``: the same CLI through claude-agent-sdk),
@@ -67,6 +67,9 @@ MSG_NOT_JSON = "Claude Code printed a line that is not stream-json: {preview}"
 MSG_TRUNCATED = "Claude Code printed a line of more than {limit} MB; it was left out of the stream."
 MSG_SPAWN_FAILED = "Could not start Claude Code: {error}"
 MSG_REDIS_LOST = "Lost the connection to Redis ({error}); the run was stopped."
+MSG_DUPLICATE = "run %s was delivered again, but it started or ended already: it does not run twice"
+# How long a stopped actor waits for its run's clean-up (it reaps the CLI in seconds).
+STOP_TIMEOUT = 20.0
 
 _tasks: dict[int, asyncio.Task[None]] = {}
 ENGINES: dict[str, TurnStarter] = {Engine.CLI: cli_engine.start_turn, Engine.SDK: sdk_engine.start_turn}
@@ -167,8 +170,7 @@ class RunSupervisor:
         outcome = Outcome(status=RunStatus.FAILED)
         listener = asyncio.create_task(self._listen_for_cancel())
         try:
-            await live.set_owner(self.run_id, WORKER_ID, ttl=OWNER_TTL)
-            await sync_to_async(run_state.run_mark_started)(self.run_id)
+            # Claimed already (``claim``): this worker holds the lease and the run is running.
             await self.emit("run_status", {"status": RunStatus.RUNNING})
             if await live.cancel_requested(self.run_id):
                 self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
@@ -454,8 +456,46 @@ class RunSupervisor:
         await live.release_run_slots([self.run_id], ctx.run.user_id)
 
 
+async def claim(run_id: int) -> bool:
+    """Take a run delivered by the queue: its lease (``SET NX EX``), then QUEUED -> RUNNING
+    (a compare-and-set on its row). False for a delivery that must not run: another worker
+    holds the lease, or the run started or ended already (the queue delivers at least once)."""
+    if not await live.claim_owner(run_id, WORKER_ID, ttl=OWNER_TTL):
+        return False
+    try:
+        started = await sync_to_async(run_state.run_mark_started)(run_id)
+    except run_state.IllegalTransition:
+        started = False
+    except BaseException:
+        with contextlib.suppress(redis.RedisError):
+            await live.release_owner(run_id, WORKER_ID)
+        raise
+    if not started:
+        # Its lease lapsed and the sweep fails it; holding the key would hide that.
+        await live.release_owner(run_id, WORKER_ID)
+    return started
+
+
+async def supervise(run_id: int) -> bool:
+    """What the run queue's actor does, on this worker's run loop: claim the run and
+    supervise it to the end. False, having done nothing, for a duplicate delivery."""
+    if not await claim(run_id):
+        logger.warning(MSG_DUPLICATE, run_id)
+        return False
+    task = launch(run_id)
+    try:
+        # Not ``await task``: a run stopped by the shutdown is over, not an error to retry.
+        await asyncio.wait({task})
+    except asyncio.CancelledError:
+        # The actor itself was stopped (past its time limit): the run stops with it.
+        task.cancel()
+        await asyncio.wait({task}, timeout=STOP_TIMEOUT)
+        raise
+    return True
+
+
 def launch(run_id: int) -> asyncio.Task[None]:
-    """Start supervising a run in this worker's event loop."""
+    """Start supervising a run in this worker's event loop (claimed: ``supervise``)."""
     # A fresh context: the run outlives the request that starts it, and must not inherit
     # asgiref's executor of that request's sync thread (it quits when the request ends).
     task = asyncio.get_running_loop().create_task(

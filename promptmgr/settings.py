@@ -43,6 +43,13 @@ def envint(name: str, default: str, *, minimum: int, maximum: int) -> int:
     return value
 
 
+def envchoice(name: str, default: str, *, choices: tuple[str, ...]) -> str:
+    value = os.environ.get(name, default).strip().lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
 def envurl(name: str, default: str, *, schemes: set[str]) -> str:
     value = os.environ.get(name, default)
     parsed = urlparse(value)
@@ -261,6 +268,12 @@ RUNS_GLOBAL = envint("RUNS_GLOBAL", "20", minimum=1, maximum=10000)
 RUN_READ_TIMEOUT = 2.0
 # How often every worker looks for runs whose owner is gone (and fails them).
 RUN_SWEEP_SECONDS = envint("RUN_SWEEP_SECONDS", "10", minimum=1, maximum=3600)
+# Where runs execute (promptmgr.run_queue): "embedded", a queue worker inside each web
+# process (one command runs everything); "off", web processes only accept, stream and
+# relay, and `python manage.py runworker` processes run the turns.
+RUN_WORKER = envchoice("RUN_WORKER", "embedded", choices=("embedded", "off"))
+# Runs one worker process executes at once (its queue prefetch is never higher).
+RUN_WORKER_CONCURRENCY = envint("RUN_WORKER_CONCURRENCY", str(RUNS_GLOBAL), minimum=1, maximum=1000)
 SSE_HEARTBEAT_SECONDS = envint("SSE_HEARTBEAT_SECONDS", "15", minimum=1, maximum=60)
 EVENT_STREAM_TTL = envint("EVENT_STREAM_TTL", "86400", minimum=60, maximum=30 * 86400)
 
@@ -290,5 +303,7 @@ LOGGING = {
         "promptmgr": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
         "askuser": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
         "core": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+        # The run queue's own lines: a failed actor, a lost broker connection.
+        "dramatiq": {"handlers": ["console"], "level": "WARNING"},
     },
 }

@@ -95,8 +95,9 @@ def run_fail_if_orphaned(run_id: int) -> bool:
     return run_recover_if_orphaned(run_id)
 
 
-def run_finish(run_id: int, outcome: Outcome) -> bool:
-    """Record the run's ending; raises IllegalTransition when it had ended already."""
+def run_finish(run_id: int, outcome: Outcome, *, expected: str | None = None) -> bool:
+    """Record the run's ending; raises IllegalTransition when it had ended already, or,
+    with ``expected``, when it is no longer in the state its caller judged it in."""
     if outcome.status not in TERMINAL_STATUSES:
         raise IllegalTransition(run_id, None, outcome.status)
     result = outcome.result or {}
@@ -104,7 +105,7 @@ def run_finish(run_id: int, outcome: Outcome) -> bool:
     return _move(
         run_id,
         outcome.status,
-        sources=ACTIVE_RUN_STATUSES,
+        sources=ACTIVE_RUN_STATUSES if expected is None else [expected],
         ended_at=timezone.now(),
         exit_code=outcome.exit_code,
         # The CLI's stderr (and an error quoting it) may hold a NUL, which PostgreSQL refuses.

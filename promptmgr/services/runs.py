@@ -17,7 +17,7 @@ from core import events
 from core.errors import Conflict, Forbidden, Invalid, NotFound, TooMany, Unavailable
 from core.events import Event
 from core.redis import get_async_redis
-from promptmgr import internal_url, live, runner
+from promptmgr import internal_url, live, run_queue
 from promptmgr.models import Conversation, Project, Run, RunEvent, RunStatus
 from promptmgr.services.git_workspace import workspace_require_ready
 from promptmgr.services.worktrees import conversation_worktree_ensure
@@ -186,7 +186,7 @@ async def _clear_leftover_keys(run_id: int) -> None:
 
 
 async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id: int | None = None) -> Run:
-    """Create the run, claim a concurrency slot and start supervising it in this worker."""
+    """Create the run, claim a concurrency slot and send it to the run queue."""
     # A run here would hang: its MCP server (and the demo model's CLI) could not reach us.
     if (unreachable := internal_url.problem()) is not None:
         raise Unavailable(unreachable, code="internal_url_unreachable")
@@ -210,6 +210,8 @@ async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id:
             # Bounded from its first event: a short run can end before the first heartbeat
             # would bound it, and its end sets the finished stream's TTL only after "done".
             await events.bound_stream(run.pk, settings.RUN_MAX_DURATION + settings.EVENT_STREAM_TTL)
+            # Whichever worker takes it runs it (``run_queue``): this process, or another.
+            await run_queue.enqueue(run.pk)
     except redis.RedisError:
         # Nothing half-written: without Redis the run cannot be watched, so it never existed.
         await sync_to_async(_discard_run)(run.pk)
@@ -222,7 +224,6 @@ async def run_start(*, user: Any, project_id: int, prompt: str, conversation_id:
         if claimed == -1:
             raise TooMany(MSG_USER_CAP.format(limit=settings.RUNS_PER_USER), code="user_run_cap")
         raise TooMany(MSG_GLOBAL_CAP.format(limit=settings.RUNS_GLOBAL), code="server_run_cap")
-    runner.launch(run.pk)
     return run
 
 

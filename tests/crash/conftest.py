@@ -110,6 +110,64 @@ class ServerProcess:
         return client
 
 
+class WorkerProcess:
+    """``python manage.py runworker`` (a queue worker) in a process of its own."""
+
+    READY = "run queue worker"  # its log line once it takes runs
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.env = env
+        self.log = log
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_start = 0
+
+    def start(self) -> None:
+        self._log_start = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "manage.py", "runworker"],
+                cwd=REPO,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_until(self._ready, timeout=60, what="the queue worker")
+
+    def output(self) -> str:
+        """What this start of the worker printed."""
+        return self.log.read_text()[self._log_start :]
+
+    def _ready(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the worker exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
+        return self.READY in self.output()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def terminate(self) -> float:
+        """SIGTERM; the seconds until the process exited."""
+        assert self.proc is not None
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        return time.monotonic() - started
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
 @pytest.fixture
 def server_env(transactional_db: Any, model_settings: Any, claude_cli: str) -> dict[str, str]:
     """The environment of a server process that shares this test's state."""
@@ -146,6 +204,23 @@ def start_server(server_env: dict[str, str], tmp_path: Path) -> Iterator[Callabl
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def start_worker(server_env: dict[str, str], tmp_path: Path) -> Iterator[Callable[..., WorkerProcess]]:
+    """Start queue workers whose runs reach the app at ``internal_url``; all stopped at the end."""
+    workers: list[WorkerProcess] = []
+
+    def start(internal_url: str, **extra_env: str) -> WorkerProcess:
+        env = {**server_env, "INTERNAL_BASE_URL": internal_url, **extra_env}
+        worker = WorkerProcess(env, tmp_path / f"worker-{len(workers)}.log")
+        workers.append(worker)
+        worker.start()
+        return worker
+
+    yield start
+    for worker in workers:
+        worker.stop()
 
 
 @pytest.fixture

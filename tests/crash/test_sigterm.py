@@ -52,9 +52,10 @@ def test_sigterm_ends_every_stream_with_a_closing_event_and_the_server_within_5_
     start_server: StartServer, dora: Any
 ) -> None:
     project = make_project(owner=dora, engine="cli")
-    stopping = start_server()
-    elsewhere = start_server()
+    # One run slot: once its own run goes, the queue's next run can only go elsewhere.
+    stopping = start_server(RUN_WORKER_CONCURRENCY="1")
     own = waiting_run(stopping, project)
+    elsewhere = start_server()
     # A run another server owns, watched through the one that stops.
     foreign = waiting_run(elsewhere, make_project(owner=dora, engine="cli"))
     own_stream = Watcher(stopping.login("dora"), own["run_id"])

@@ -48,6 +48,8 @@ def test_the_defaults_start() -> None:
         ({"DEBUG": "maybe"}, "DEBUG must be true or false, not 'maybe'"),
         ({"REDIS_URL": "http://127.0.0.1:6379"}, "REDIS_URL must be a URL with scheme"),
         ({"DEBUG": "false", "SECRET_KEY": ""}, "SECRET_KEY must be set when DEBUG is off"),
+        ({"RUN_WORKER": "remote"}, "RUN_WORKER must be one of embedded, off, not 'remote'"),
+        ({"RUN_WORKER_CONCURRENCY": "0"}, "RUN_WORKER_CONCURRENCY must be between 1 and 1000, not 0"),
     ],
 )
 def test_a_bad_value_stops_start_up_with_a_clear_message(env: dict[str, str], message: str) -> None:

@@ -255,10 +255,14 @@ def test_events_of_a_run_never_mix_into_another_runs_stream(app_server: Any, ali
     time.sleep(0)
 
 
-def test_any_worker_serves_events_and_cancels_a_run_another_worker_owns(app_server: Any, alice: Any) -> None:
+def test_any_worker_serves_events_and_cancels_a_run_another_worker_owns(
+    app_server: Any, alice: Any, settings: Any
+) -> None:
     from tests.conftest import LiveServer
     from tests.helpers import free_port
 
+    # It only accepts, streams and relays: the run is app_server's.
+    settings.RUN_WORKER = "off"
     other_worker = LiveServer(free_port())
     other_worker.start()
     try:

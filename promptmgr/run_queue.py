@@ -1,0 +1,216 @@
+"""The run queue: runs execute in queue workers fed by Dramatiq's Redis broker.
+
+``services.runs.run_start`` (in any web process) sends the run's id to the queue; a worker
+takes it and supervises the run (``runner.supervise``) on its *run loop*. With
+``RUN_WORKER=embedded`` (the default) every web process starts a worker from its ASGI
+lifespan and its run loop is the web server's own event loop, so ``uvicorn`` alone runs
+everything. With ``RUN_WORKER=off`` web processes only send; ``python manage.py
+runworker`` processes take the runs, their run loop the command's one event loop.
+
+Why a sync actor that hands the supervisor coroutine to the run loop, not Dramatiq's
+AsyncIO middleware: the supervisor's state is bound to one loop (the async Redis clients of
+``core.redis``, the runner's registry that the heartbeat, the sweep and the drain read, the
+web server's drain), and in the embedded default that loop is the web server's. The
+middleware's loop thread is also one per process, so two app instances in one process
+(the test suite runs several) could not each have theirs. A worker thread waits for its
+run, so a worker's threads are its run slots.
+
+Redis queues deliver at least once (a worker that dies has its unacknowledged messages
+delivered again once its broker heartbeat is ``HEARTBEAT_TIMEOUT_MS`` old), and a Claude
+turn must never run twice: ``runner.claim`` takes the run's lease (``SET NX EX``, refreshed
+while the run lives) and moves it QUEUED -> RUNNING with a compare-and-set, so a duplicate
+returns quietly; a run whose lease lapsed is failed by the sweep (``recovery``).
+
+Set here, not inherited from Dramatiq's defaults: no retries (``Retries(max_retries=0)``;
+a failed message is dead-lettered, never run again); a time limit above the longest run
+(``time_limit``), kept by the actor's own wait rather than Dramatiq's TimeLimit middleware
+(whose default is 10 minutes, and whose thread, raising into the worker's, never stops);
+a prefetch equal to the worker's run slots, so a busy worker never holds
+messages another could run; the broker's heartbeat and dead-letter times. Redis must keep
+these keys: run it with ``maxmemory-policy noeviction`` in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+
+import dramatiq
+from django.conf import settings
+from dramatiq.brokers.redis import RedisBroker
+from dramatiq.middleware import Retries
+
+from core.redis import outage_seen
+
+from . import live, runner
+
+logger = logging.getLogger(__name__)
+
+QUEUE_NAME = "runs"
+ACTOR_NAME = "run"
+# How long an idle worker waits between looks at the queue: a new run starts within it.
+POLL_MS = 100
+# A worker whose broker heartbeat is this old counts as dead: its runs' messages are
+# delivered again (and refused by the lease, see the module docstring).
+HEARTBEAT_TIMEOUT_MS = 60_000
+# How long a message whose actor failed is kept in the dead-letter queue, for a look.
+DEAD_MESSAGE_TTL_MS = 86_400_000
+# Beyond RUN_MAX_DURATION (which the supervisor enforces itself): its clean-up.
+TIME_LIMIT_GRACE = 120
+# How often a waiting actor looks up from its run (for its time limit and interrupts).
+WAIT_STEP = 0.5
+# How long ``stop`` waits for the worker's threads and consumers.
+STOP_TIMEOUT_MS = 10_000
+
+
+class _OutageOnce(logging.Filter):
+    """Dramatiq logs an unreachable Redis on every retry (every 3 to 5 s); the app reports
+    an outage once (``core.redis.outage_seen``), so those lines go there instead."""
+
+    RETRIED = ("Consumer encountered a connection error", "Failed to post_process_message(")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(self.RETRIED):
+            return True
+        args = record.args if isinstance(record.args, tuple) else ()
+        error = next((a for a in args if isinstance(a, BaseException)), None)
+        outage_seen(error or ConnectionError(record.getMessage()))
+        return False
+
+
+for _name in ("dramatiq.worker.ConsumerThread", "dramatiq.worker.WorkerThread"):
+    logging.getLogger(_name).addFilter(_OutageOnce())
+
+
+def time_limit() -> float:
+    """Seconds a run's actor may take: above the longest run (``RUN_MAX_DURATION``)."""
+    return float(settings.RUN_MAX_DURATION + TIME_LIMIT_GRACE)
+
+
+class RunQueue:
+    """One broker (and, in a process that runs runs, one worker) bound to one run loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.draining = False
+        self.worker: dramatiq.Worker | None = None
+        self.broker = RedisBroker(  # type: ignore[no-untyped-call]
+            url=settings.REDIS_URL,
+            namespace=live.queue_namespace(),
+            # Explicit: Dramatiq's defaults would retry a failed run 20 times and stop any
+            # actor after 10 minutes.
+            middleware=[Retries(max_retries=0)],
+            heartbeat_timeout=HEARTBEAT_TIMEOUT_MS,
+            dead_message_ttl=DEAD_MESSAGE_TTL_MS,
+        )
+        self.actor: dramatiq.Actor[[int], None] = dramatiq.Actor(
+            self._execute,
+            broker=self.broker,
+            actor_name=ACTOR_NAME,
+            queue_name=QUEUE_NAME,
+            priority=0,
+            options={"max_retries": 0},
+        )
+
+    def send(self, run_id: int) -> None:
+        """Queue the run (sync: one Redis call)."""
+        self.actor.send(run_id)
+
+    def start_worker(self, concurrency: int) -> None:
+        """Take runs off the queue, ``concurrency`` at once, into this queue's run loop."""
+        worker = dramatiq.Worker(
+            self.broker, queues={QUEUE_NAME}, worker_timeout=POLL_MS, worker_threads=concurrency
+        )
+        # Held messages count in-progress ones too: never more than the free run slots.
+        worker.queue_prefetch = concurrency
+        worker.start()
+        self.worker = worker
+
+    def stop(self) -> None:
+        """Stop taking runs (what was fetched and not started goes back to the queue) and
+        close the broker's connections. Blocking: call it in a thread once the runs ended."""
+        self.draining = True
+        if self.worker is not None:
+            self.worker.stop(timeout=STOP_TIMEOUT_MS)
+            self.worker = None
+        self.broker.client.connection_pool.disconnect()
+
+    def _execute(self, run_id: int) -> None:
+        """The actor, in a worker thread: supervise the run on the run loop and wait for it."""
+        if self.draining:
+            # Stopping: the run goes back to the queue for another worker (or this one, back).
+            self.send(run_id)
+            return
+        future = asyncio.run_coroutine_threadsafe(runner.supervise(run_id), self.loop)
+        deadline = time.monotonic() + time_limit()
+        try:
+            while True:
+                try:
+                    future.result(timeout=WAIT_STEP)
+                    return
+                except concurrent.futures.TimeoutError:
+                    if future.done():
+                        future.result()
+                        return
+                    if time.monotonic() > deadline:
+                        logger.error(
+                            "run %s passed its time limit of %.0f s; stopping it", run_id, time_limit()
+                        )
+                        raise
+        except BaseException:
+            # Cancelling the future cancels the supervision, which stops the run cleanly.
+            future.cancel()
+            raise
+
+
+_queues: dict[int, RunQueue] = {}
+
+
+def start(*, worker: bool, concurrency: int | None = None) -> RunQueue:
+    """The run queue of the running event loop, which becomes its run loop; with ``worker``,
+    runs are taken off the queue here too."""
+    loop = asyncio.get_running_loop()
+    queue = RunQueue(loop)
+    _queues[id(loop)] = queue
+    if worker:
+        queue.start_worker(concurrency or settings.RUN_WORKER_CONCURRENCY)
+        logger.info(
+            "run queue worker %s: up to %d runs at once",
+            runner.WORKER_ID,
+            concurrency or settings.RUN_WORKER_CONCURRENCY,
+        )
+    return queue
+
+
+def begin_drain() -> None:
+    """This loop's worker is shutting down: runs delivered from now on go back to the queue."""
+    queue = _queues.get(id(asyncio.get_running_loop()))
+    if queue is not None:
+        queue.draining = True
+
+
+async def stop() -> None:
+    """Stop the running loop's queue (its runs have ended: ``runner.shutdown_all``)."""
+    queue = _queues.pop(id(asyncio.get_running_loop()), None)
+    if queue is not None:
+        await asyncio.to_thread(queue.stop)
+
+
+async def enqueue(run_id: int) -> None:
+    """Send the run to the queue; a worker (this process's, or another's) takes it."""
+    loop = asyncio.get_running_loop()
+    queue = _queues.get(id(loop))
+    if queue is not None:
+        await asyncio.to_thread(queue.send, run_id)
+    else:  # a loop no lifespan started (a script, a test client): a broker for this once
+        await asyncio.to_thread(_send_once, loop, run_id)
+
+
+def _send_once(loop: asyncio.AbstractEventLoop, run_id: int) -> None:
+    queue = RunQueue(loop)
+    try:
+        queue.send(run_id)
+    finally:
+        queue.broker.client.connection_pool.disconnect()
