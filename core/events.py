@@ -416,6 +416,11 @@ class _TailHub:
     """
 
     BLOCK_MS = 10_000
+    # While reads come back at once (many runs streaming), the next one waits this long
+    # (seconds), so that it takes what all runs appended meanwhile: one read names every
+    # tailed stream, and at one event per read that was a read of 50 streams per delta.
+    # After a quiet moment an event is read at once (as ``processes.READ_INTERVAL``).
+    READ_INTERVAL = 0.003
     WAKE_TTL = 60  # seconds the wake stream outlives its last wake
     WAKE_KEEP = 8  # wake entries kept (only the newest id matters)
 
@@ -465,6 +470,7 @@ class _TailHub:
                 reading = {events_key(run_id): tail for run_id, tail in self.tails.items()}
                 streams: dict[Any, Any] = {key: _stream_id(tail.last_id) for key, tail in reading.items()}
                 streams[self.wake_key] = wake_id
+                sent = self.loop.time()
                 try:
                     reply: Any = await client.xread(streams, block=self.BLOCK_MS, count=500)
                 except redis.RedisError as exc:
@@ -483,6 +489,8 @@ class _TailHub:
                     tail = reading.get(key)
                     if tail is not None and not tail.stopped and entries:
                         tail._deliver([_decode(entry_id, fields) for entry_id, fields in entries])
+                if self.loop.time() - sent < self.READ_INTERVAL:
+                    await asyncio.sleep(self.READ_INTERVAL)
         finally:
             await client.aclose()
 
