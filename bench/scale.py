@@ -477,7 +477,8 @@ def start_profilers(root: int, args: argparse.Namespace, workers: int) -> list[s
     for pid in (p for p, kind in app_processes(root).items() if kind == "uvicorn worker"):
         out = f"{args.profile}-{workers}w-{pid}.txt"
         argv = [str(py_spy), "record", "--pid", str(pid), "--duration", str(int(args.window))]
-        argv += ["--rate", "250", "--format", "raw", "--nonblocking", "--output", out]
+        argv += ["--rate", "250", "--format", "raw", "--gil", "--nonblocking", "--output", out]
+        argv += ["--native"] if args.profile_native else []
         procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return procs
 
@@ -680,6 +681,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=4.0, help="seconds to settle before idle RSS")
     parser.add_argument("--workers", default="1,2", help="worker counts to measure (default 1,2)")
     parser.add_argument("--profile", default="", help="py-spy each worker over the window into PREFIX-*.txt")
+    parser.add_argument("--profile-native", action="store_true", help="with C frames (py-spy --native)")
     args = parser.parse_args()
 
     started = time.monotonic()
