@@ -21,7 +21,9 @@ The prompt says what to play, as JSON after ``FAKE:``, e.g.
   the benchmark's client compares it with its own clock) read just before the line is
   written (default true);
 - ``quiet``: print the opening lines, then nothing until stopped (a run waiting on its
-  user), for streams that watch a live but silent run.
+  user), for streams that watch a live but silent run;
+- ``gate``: a path; after the opening lines, wait until it exists before the first delta
+  (so that many runs, started one after another, stream together).
 """
 
 from __future__ import annotations
@@ -116,6 +118,10 @@ def main() -> int:
     if spec.get("quiet"):
         while True:  # a run waiting on its user: silent until it is stopped
             time.sleep(3600)
+
+    gate = spec.get("gate")
+    while gate and not os.path.exists(gate):
+        time.sleep(0.005)
 
     template = dict(rec.delta)
     event = dict(template["event"])

@@ -222,6 +222,7 @@ class Stream:
     url: str
     latencies: list[tuple[int, float]] = field(default_factory=list)  # (arrival ns, ms)
     opened: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)  # the CLI's session arrived
     done: bool = False
     status: str = ""
 
@@ -240,6 +241,8 @@ class Stream:
                     if block.startswith(b"id: ") and b"\nevent: text_delta\n" in block:
                         for stamp in STAMP.findall(block):
                             self.latencies.append((arrived, (arrived - int(stamp)) / 1e6))
+                    elif b"\nevent: session\n" in block:
+                        self.ready.set()
                     elif b"\nevent: done\n" in block:
                         self.status = json.loads(block.split(b"\ndata: ", 1)[1]).get("status", "")
                         self.done = True
@@ -411,19 +414,25 @@ async def load(
     ]
     await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opened)), timeout=START_TIMEOUT)
 
+    # The streaming runs start one after another and wait at a gate (the fake CLI has
+    # printed its session), so that they all stream together once it opens.
     deltas = int(args.rate * args.seconds)
+    gate = stack.tmp / f"gate-{workers}"
     streams: list[Stream] = []
     readers = []
     for _ in range(args.runs):
-        url = await start_run(client, stack.project_id, fake_prompt(deltas=deltas, rate=args.rate))
-        stream = Stream(url)
+        prompt = fake_prompt(deltas=deltas, rate=args.rate, gate=str(gate))
+        stream = Stream(await start_run(client, stack.project_id, prompt))
         streams.append(stream)
         readers.append(asyncio.create_task(stream.read(ep)))
+    await asyncio.wait_for(asyncio.gather(*(s.ready.wait() for s in streams)), timeout=2 * START_TIMEOUT)
+    gate.touch()
     deadline = time.monotonic() + START_TIMEOUT
     while not all(s.latencies for s in streams):
         if time.monotonic() > deadline:
-            raise RuntimeError("not every run streamed within a minute")
+            raise RuntimeError("not every run streamed within a minute of the gate")
         await asyncio.sleep(0.01)
+    await asyncio.sleep(args.ramp)
 
     # The window: every run streams, none has ended.
     stop_probe = asyncio.Event()
@@ -670,7 +679,7 @@ def main() -> None:
         "--rate", type=float, default=50.0, help="text deltas per second per run (default 50)"
     )
     parser.add_argument(
-        "--seconds", type=float, default=30.0, help="each streaming run's length (default 30)"
+        "--seconds", type=float, default=25.0, help="each streaming run's length (default 25)"
     )
     parser.add_argument(
         "--window", type=float, default=15.0, help="the measured window, seconds (default 15)"
@@ -678,6 +687,7 @@ def main() -> None:
     parser.add_argument(
         "--single-seconds", type=float, default=8.0, help="the single run's length (default 8)"
     )
+    parser.add_argument("--ramp", type=float, default=2.0, help="seconds from the gate to the window")
     parser.add_argument("--settle", type=float, default=4.0, help="seconds to settle before idle RSS")
     parser.add_argument("--workers", default="1,2", help="worker counts to measure (default 1,2)")
     parser.add_argument("--profile", default="", help="py-spy each worker over the window into PREFIX-*.txt")
