@@ -457,6 +457,12 @@ async def load(
     in_window = [ms for s in streams for ts, ms in s.latencies if first_ns <= ts <= last_ns]
 
     await asyncio.wait_for(asyncio.gather(*readers), timeout=args.seconds + START_TIMEOUT)
+    reasons: dict[str, int] = {}
+    for stream in (s for s in streams if s.status != "completed"):
+        reason = await app_client.run_error(client, stream.url)  # type: ignore[arg-type]
+        reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, count in reasons.items():
+        print(f"  {count} run(s) did not complete: {reason[:300]}", flush=True)
     for url in quiet:
         await cancel_run(client, url)
     await asyncio.wait_for(asyncio.gather(*watchers), timeout=START_TIMEOUT)

@@ -353,7 +353,7 @@ class RunTail:
         self.waiters = 0
         self.stopped = False
         self._idle_since = loop.time()
-        self._next: asyncio.Future[list[Event]] = loop.create_future()
+        self._waiting: set[asyncio.Future[list[Event]]] = set()
         self._hub = _hub(loop)
         self._hub.add(self)
 
@@ -365,11 +365,17 @@ class RunTail:
     async def wait(self, after: int, timeout: float) -> list[Event]:
         """Events with id > ``after`` among the next batch, if it comes within ``timeout``."""
         self.waiters += 1
+        # A future of its own per waiter: a timeout cancels only that one (a shared future
+        # needed a shield and wait_for per waiter and batch, the stream's costliest step).
+        arrived: asyncio.Future[list[Event]] = self.loop.create_future()
+        self._waiting.add(arrived)
         try:
-            batch = await asyncio.wait_for(asyncio.shield(self._next), timeout)
+            async with asyncio.timeout(timeout):
+                batch = await arrived
         except TimeoutError:
             return []
         finally:
+            self._waiting.discard(arrived)
             self.waiters -= 1
             if not self.waiters:
                 self._idle_since = self.loop.time()
@@ -389,8 +395,10 @@ class RunTail:
         batch = [event for event in batch if event.id > self.last_id]
         if batch:
             self.last_id = batch[-1].id
-            done, self._next = self._next, self.loop.create_future()
-            done.set_result(batch)
+            waiting, self._waiting = self._waiting, set()
+            for arrived in waiting:
+                if not arrived.done():
+                    arrived.set_result(batch)
 
     def close(self) -> None:
         """Stop reading (the shared reader stops, closing its connection, with the last tail)."""
