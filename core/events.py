@@ -348,6 +348,7 @@ class RunTail:
     def __init__(self, run_id: int, after: int) -> None:
         loop = asyncio.get_running_loop()
         self.run_id = run_id
+        self.key = events_key(run_id)
         self.last_id = after
         self.loop = loop
         self.waiters = 0
@@ -475,7 +476,7 @@ class _TailHub:
         wake_id = "0-0"  # the first read takes what wakes there are, then only newer ones
         try:
             while self.tails:
-                reading = {events_key(run_id): tail for run_id, tail in self.tails.items()}
+                reading = {tail.key: tail for tail in self.tails.values()}
                 streams: dict[Any, Any] = {key: _stream_id(tail.last_id) for key, tail in reading.items()}
                 streams[self.wake_key] = wake_id
                 sent = self.loop.time()
