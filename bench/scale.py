@@ -351,6 +351,7 @@ class Single:
 @dataclass
 class Idle:
     rss: dict[str, float]
+    cpu_ms_per_s: float = float("nan")  # the app's CPU time at rest, per second
 
     @property
     def total(self) -> float:
@@ -519,6 +520,10 @@ async def phase(
         await warm_up(client, ep, stack.project_id, workers)
         await settle(args.settle)
         idle = idle_footprint(stack.app_pid)
+        before = CpuMark.now(stack.app_pid)
+        await asyncio.sleep(args.idle_seconds)
+        after = CpuMark.now(stack.app_pid)
+        idle.cpu_ms_per_s = before.seconds_until(after) * 1e3 / (after.at - before.at)
         single = await single_run(stack, client, ep, args) if workers == 1 else None
         print(
             f"  {workers} worker(s): {args.runs} runs streaming, {args.watchers} idle watchers …", flush=True
@@ -638,6 +643,11 @@ def report(idle: Idle, single: Single, loads: list[Load], args: argparse.Namespa
             f"{fmt(single.cpu_per_delta_ms, 3)} ms ({single.deltas} deltas, {fmt(single.cpu_s, 2)} s)",
             verdict(single.cpu_per_delta_ms, TARGET_CPU_PER_DELTA_MS, inclusive=True),
         ],
+        [
+            "  of which the app at rest (per delta, at that pace)",
+            f"{fmt(idle.cpu_ms_per_s / args.rate, 3)} ms ({fmt(idle.cpu_ms_per_s, 1)} ms of CPU a second)",
+            "",
+        ],
     ]
     for r in loads:
         label = f"{r.workers} worker{'s' if r.workers > 1 else ''}"
@@ -693,6 +703,7 @@ def main() -> None:
     parser.add_argument(
         "--single-seconds", type=float, default=8.0, help="the single run's length (default 8)"
     )
+    parser.add_argument("--idle-seconds", type=float, default=5.0, help="seconds the CPU at rest is measured")
     parser.add_argument("--ramp", type=float, default=2.0, help="seconds from the gate to the window")
     parser.add_argument("--settle", type=float, default=4.0, help="seconds to settle before idle RSS")
     parser.add_argument("--workers", default="1,2", help="worker counts to measure (default 1,2)")
