@@ -52,6 +52,7 @@ if __package__ in (None, ""):
 
 from bench import app_client, harness  # noqa: E402
 from bench.report import fmt, percentile, table, verdict  # noqa: E402
+from bench.stream_passes import sched_ns  # noqa: E402
 
 FAKE_CLI = Path(__file__).resolve().parent / "fake_cli.py"
 TARGET_P99_MS = 50.0
@@ -330,6 +331,7 @@ class Load:
     runs_per_worker: list[int]
     client_cpu_s: float
     failed: int
+    runq_s: float = float("nan")  # the workers' time ready to run but waiting for a CPU
 
     @property
     def cpu_per_delta_ms(self) -> float:
@@ -440,6 +442,8 @@ async def load(
     lag: list[float] = []
     prober = asyncio.create_task(probe(stack.app_port, stop_probe, lag))
     profilers = start_profilers(root, args, workers)
+    worker_pids = [pid for pid, kind in app_processes(root).items() if kind == "uvicorn worker"]
+    runq_before = sum(sched_ns(pid)[1] for pid in worker_pids)
     first, counts, client_cpu = CpuMark.now(root), [len(s.latencies) for s in streams], own_cpu_s()
     first_ns = harness.now_ns()
     runs_per_worker = guardians_per_worker(root)
@@ -449,6 +453,7 @@ async def load(
         await asyncio.sleep(0.25)
         rss_peak = max(rss_peak, sum(rss_mib(pid) for pid in app_processes(root)))
     last, client_cpu = CpuMark.now(root), own_cpu_s() - client_cpu
+    runq_s = (sum(sched_ns(pid)[1] for pid in worker_pids) - runq_before) / 1e9
     last_ns = harness.now_ns()
     stop_probe.set()
     await prober
@@ -480,6 +485,7 @@ async def load(
         runs_per_worker=runs_per_worker,
         client_cpu_s=client_cpu,
         failed=sum(1 for s in streams if s.status != "completed"),
+        runq_s=runq_s,
     )
 
 
@@ -604,6 +610,7 @@ def report(idle: Idle, single: Single, loads: list[Load], args: argparse.Namespa
                 "server CPU s",
                 "CPU ms/delta",
                 "server CPU %",
+                "waited for a CPU %",
                 "RSS MiB",
                 "runs per worker",
                 "client CPU %",
@@ -617,6 +624,7 @@ def report(idle: Idle, single: Single, loads: list[Load], args: argparse.Namespa
                     fmt(r.cpu_s, 2),
                     fmt(r.cpu_per_delta_ms, 3),
                     fmt(100 * r.cpu_s / r.window_s, 0),
+                    fmt(100 * r.runq_s / r.window_s, 0),
                     fmt(r.rss_mib, 1),
                     "/".join(str(n) for n in r.runs_per_worker),
                     fmt(100 * r.client_cpu_s / r.window_s, 0),
@@ -629,6 +637,8 @@ def report(idle: Idle, single: Single, loads: list[Load], args: argparse.Namespa
     )
     print(
         "  server CPU %: of one CPU (200% is the whole machine). client: this process, all 550 streams.\n"
+        "  waited for a CPU %: the workers' threads ready to run while every CPU was busy\n"
+        "        (/proc/PID/task/*/schedstat): the machine's share of the latency, not the app's.\n"
         "  RSS: the app's processes at their largest during the window."
     )
     print()
