@@ -683,6 +683,33 @@ def report(idle: Idle, single: Single, loads: list[Load], args: argparse.Namespa
     )
 
 
+def print_gc_log(directory: Path, workers: int) -> None:
+    """``--gc-log``: each app process's garbage collections, by generation."""
+    rows = []
+    for path in sorted(directory.glob("gc-*.txt")):
+        by_generation: dict[int, list[float]] = {}
+        for line in path.read_text().splitlines():
+            gen, ms, _collected = line.split()
+            by_generation.setdefault(int(gen), []).append(float(ms))
+        for generation, times in sorted(by_generation.items()):
+            rows.append(
+                [
+                    f"pid {path.stem[3:]} gen {generation}",
+                    str(len(times)),
+                    fmt(sum(times), 0),
+                    fmt(max(times), 1),
+                ]
+            )
+        path.unlink()
+    print(
+        table(
+            ["process, generation", "collections", "total ms", "longest ms"],
+            rows,
+            title=f"Garbage collections, {workers} worker(s) (wall clock)",
+        )
+    )
+
+
 def write_shim(tmp: Path) -> Path:
     """The CLI the app starts: the fake, on this interpreter, without site-packages."""
     shim = tmp / "bin" / "claude"
@@ -718,6 +745,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=4.0, help="seconds to settle before idle RSS")
     parser.add_argument("--workers", default="1,2", help="worker counts to measure (default 1,2)")
     parser.add_argument("--profile", default="", help="py-spy each worker over the window into PREFIX-*.txt")
+    parser.add_argument("--gc-log", action="store_true", help="time the app's garbage collections")
     parser.add_argument("--profile-native", action="store_true", help="with C frames (py-spy --native)")
     args = parser.parse_args()
 
@@ -730,6 +758,9 @@ def main() -> None:
         shim = write_shim(stack.tmp)
         caps = str(2 * (args.runs + args.quiet_runs) + 10)
         env = {"CLAUDE_CLI_PATH": str(shim), "RUNS_PER_USER": caps, "RUNS_GLOBAL": caps}
+        if args.gc_log:
+            env["PYTHONPATH"] = str(Path(__file__).resolve().parent / "gclog")
+            env["PM_GC_LOG_DIR"] = str(stack.tmp)
         for workers in (int(w) for w in args.workers.split(",")):
             stack.start_app(env, workers=workers)
 
@@ -741,6 +772,8 @@ def main() -> None:
                 first_idle, first_single, result = asyncio.run(phase(stack, args, workers))
             finally:
                 stack.stop_app()
+            if args.gc_log:
+                print_gc_log(stack.tmp, workers)
             idle = idle or first_idle
             single = single or first_single
             loads.append(result)
