@@ -98,5 +98,6 @@ bench: $(VENV)/.installed-app
 	$(PY) bench/decision_path.py
 	$(PY) bench/machinery.py
 	$(PY) bench/streams_footprint.py
+	$(PY) bench/scale.py
 	$(PY) bench/workspace_git.py
 	$(PY) bench/isolation_cost.py

@@ -10,13 +10,17 @@ with one paragraph of reasoning.
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import json
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import anthropic
 from django.conf import settings
 from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    import anthropic
 
 MAX_TOKENS = 1024
 # The conversation is cut to its most recent part past this many characters.
@@ -97,9 +101,16 @@ def request_text(
     )
 
 
-def _client() -> anthropic.AsyncAnthropic:
+async def _sdk() -> Any:
+    """The ``anthropic`` SDK, imported on first use: it is 60 MiB of a worker's memory that
+    only a project answering by policy needs (bench/scale.py, idle RSS). Imported off the
+    event loop, which the second or so of the import would otherwise hold up."""
+    return await asyncio.to_thread(importlib.import_module, "anthropic")
+
+
+def _client(sdk: Any) -> anthropic.AsyncAnthropic:
     key = settings.ANTHROPIC_API_KEY or (DEMO_KEY if settings.DEMO_MODEL else "")
-    return anthropic.AsyncAnthropic(
+    return sdk.AsyncAnthropic(  # type: ignore[no-any-return]
         api_key=key,
         base_url=settings.ANTHROPIC_BASE_URL,
         timeout=float(settings.ANSWER_POLICY_TIMEOUT),
@@ -109,7 +120,8 @@ def _client() -> anthropic.AsyncAnthropic:
 
 async def ask_model(*, model: str, text: str) -> AgentReply:
     """One structured-output request; ``AgentError`` when there is no usable decision."""
-    client = _client()
+    sdk = await _sdk()
+    client = _client(sdk)
     try:
         message = await client.messages.parse(
             model=model,
@@ -118,7 +130,7 @@ async def ask_model(*, model: str, text: str) -> AgentReply:
             messages=[{"role": "user", "content": text}],
             output_format=PolicyReply,
         )
-    except (anthropic.APIError, ValueError) as exc:
+    except (sdk.APIError, ValueError) as exc:
         raise AgentError(str(exc)) from exc
     finally:
         await client.close()

@@ -9,6 +9,7 @@ an ``Authorization`` header — never in a URL, a log line or the browser.
 from __future__ import annotations
 
 import base64
+import bisect
 import hashlib
 import hmac
 import json
@@ -157,14 +158,70 @@ class EncodedToken:
 
     def redact(self, data: bytes) -> bytes:
         # The cheap test first, in C: the line without its breaks holds a spelling or not.
-        squeezed = data.translate(None, _BREAK_BYTES).replace(b"\\n", b"").replace(b"\\r", b"")
+        squeezed = _squeeze(data)
         if not any(needle in squeezed for needle in self.needles):
             return data
         return self.pattern.sub(REDACTED, data)
 
 
+def _squeeze(data: bytes) -> bytes:
+    """``data`` without the breaks a spelling may be wrapped with."""
+    return data.translate(None, _BREAK_BYTES).replace(b"\\n", b"").replace(b"\\r", b"")
+
+
 # Encodings of the relay tokens of this process's live runs (the runs whose output it reads).
 _encoded_tokens: dict[int, EncodedToken] = {}
+PREFIX_BYTES = 4  # of each spelling, in the test every line of output passes
+
+
+@dataclass(frozen=True)
+class _Spellings:
+    """The spellings of all live tokens at once, so that a line or a delta is looked at
+    once, not once per live run: with 60 runs, each of their lines was squeezed and
+    searched 60 times, and each delta's end compared with 300 spellings (bench/scale.py).
+    """
+
+    tokens: tuple[EncodedToken, ...]  # what it was made of
+    heads: tuple[bytes, ...]  # the distinct first bytes of every spelling
+    texts: tuple[str, ...]  # every spelling, sorted
+    starts: re.Pattern[str] | None  # a character a spelling starts with
+    longest: int
+
+    @classmethod
+    def of(cls, tokens: tuple[EncodedToken, ...]) -> _Spellings:
+        texts = sorted({text for encoded in tokens for text in encoded.texts})
+        heads = {needle[:PREFIX_BYTES] for encoded in tokens for needle in encoded.needles}
+        firsts = sorted({text[0] for text in texts if text})
+        starts = re.compile("[" + "".join(re.escape(c) for c in firsts) + "]") if firsts else None
+        longest = max((len(text) for text in texts), default=0)
+        return cls(tokens, tuple(sorted(heads)), tuple(texts), starts, longest)
+
+    def partial_start(self, text: str) -> int:
+        """Where ``text`` ends with the beginning (not the whole) of a spelling, the
+        earliest such place; len(text) when it does not."""
+        if self.starts is None:
+            return len(text)
+        for match in self.starts.finditer(text, max(0, len(text) - self.longest + 1)):
+            tail = text[match.start() :]
+            # The spellings that start with ``tail`` follow each other in sorted order.
+            index = bisect.bisect_left(self.texts, tail)
+            while index < len(self.texts) and self.texts[index].startswith(tail):
+                if len(self.texts[index]) > len(tail):
+                    return match.start()
+                index += 1
+        return len(text)
+
+
+_spellings = _Spellings.of(())
+
+
+def _live_spellings() -> _Spellings:
+    """The spellings of the live tokens, made again only when those have changed."""
+    global _spellings
+    tokens = tuple(_encoded_tokens.values())
+    if tokens != _spellings.tokens:
+        _spellings = _Spellings.of(tokens)
+    return _spellings
 
 
 def redact_tokens(data: bytes) -> bytes:
@@ -172,8 +229,13 @@ def redact_tokens(data: bytes) -> bytes:
     any token by its shape, and the live runs' tokens in hex and base64 too."""
     if b"pmr_" in data:  # the token as such: one scan in the usual case
         data = _TOKEN_IN_TEXT_RE.sub(REDACTED, data)
-    for encoded in list(_encoded_tokens.values()):
-        data = encoded.redact(data)
+    heads = _live_spellings().heads
+    if heads:
+        # No spelling can be in a line that holds none of their beginnings (the usual case).
+        squeezed = _squeeze(data)
+        if any(head in squeezed for head in heads):
+            for encoded in list(_encoded_tokens.values()):
+                data = encoded.redact(data)
     return data
 
 
@@ -202,7 +264,7 @@ class DeltaRedactor:
         if (found := _TOKEN_START_RE.search(text)) is not None:
             starts.append(found.start())
         # The start of a live token's hex or base64 spelling that the next delta may complete.
-        starts += [_partial_start(text, needle) for encoded in _live_encodings() for needle in encoded.texts]
+        starts.append(_live_spellings().partial_start(text))
         start = min(starts)
         if start == len(text) or len(text) - start > MAX_HELD_CHARS:
             return text
@@ -214,22 +276,8 @@ class DeltaRedactor:
         return [(block, _redact_text(text)) for block, text in held.items()]
 
 
-def _live_encodings() -> list[EncodedToken]:
-    return list(_encoded_tokens.values())
-
-
 def _redact_text(text: str) -> str:
     return redact_tokens(text.encode()).decode("utf-8", "replace")
-
-
-def _partial_start(text: str, needle: str) -> int:
-    """Where ``text`` ends with the beginning of ``needle`` (len(text) when it does not)."""
-    position = text.find(needle[0], max(0, len(text) - len(needle) + 1))
-    while position != -1:
-        if needle.startswith(text[position:]):
-            return position
-        position = text.find(needle[0], position + 1)
-    return len(text)
 
 
 def sweep_stale_secrets() -> int:

@@ -169,12 +169,16 @@ class Stack:
                 _delete_keys(redis_url, key_prefix)
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def start_app(self, extra_env: dict[str, str] | None = None) -> None:
-        """uvicorn serving ``promptmgr.asgi:application``, as ``make run`` does."""
+    def start_app(self, extra_env: dict[str, str] | None = None, *, workers: int = 1) -> None:
+        """uvicorn serving ``promptmgr.asgi:application``, as ``make run`` does; with
+        ``workers`` above 1, that many worker processes behind uvicorn's supervisor (they
+        share Redis and the database, as the README's several workers do)."""
         env = {**os.environ, **self.env, **(extra_env or {})}
         argv = [PYTHON, "-m", "uvicorn", "promptmgr.asgi:application", "--host", "127.0.0.1"]
         # A bounded graceful shutdown: held long-polls must not delay reaping the CLI runs.
         argv += ["--port", str(self.app_port), "--log-level", "warning", "--timeout-graceful-shutdown", "5"]
+        if workers > 1:
+            argv += ["--workers", str(workers)]
         proc = self.children.start("uvicorn", argv, env=env)
         self.app_url = f"http://127.0.0.1:{self.app_port}"
 
@@ -193,8 +197,22 @@ class Stack:
 
     @property
     def app_pid(self) -> int:
-        """The uvicorn worker's process id (``start_app`` first)."""
+        """The uvicorn worker's process id (``start_app`` first); with several workers,
+        their supervisor's."""
         return next(proc.pid for name, proc in self.children.procs if name == "uvicorn")
+
+    def stop_app(self, grace: float = 30.0) -> None:
+        """Stop uvicorn (and so the runs it still supervises), keeping the rest of the stack."""
+        for name, proc in [(n, p) for n, p in self.children.procs if n == "uvicorn"]:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+            self.children.procs.remove((name, proc))
 
     def project(self) -> Any:
         from promptmgr.models import Project

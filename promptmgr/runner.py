@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import importlib
 import logging
 import os
 import socket
@@ -36,7 +37,6 @@ from core.redis import get_async_redis, outage_seen
 
 from . import live, markdown
 from .engines import cli as cli_engine
-from .engines import sdk as sdk_engine
 from .engines.base import Garbage, Item, Turn, TurnRequest, TurnStarter
 from .event_history import all_events, persist_events
 from .models import Conversation, Engine, Project, Run, RunStatus
@@ -72,7 +72,17 @@ MSG_DUPLICATE = "run %s was delivered again, but it started or ended already: it
 STOP_TIMEOUT = 20.0
 
 _tasks: dict[int, asyncio.Task[None]] = {}
-ENGINES: dict[str, TurnStarter] = {Engine.CLI: cli_engine.start_turn, Engine.SDK: sdk_engine.start_turn}
+
+
+async def _sdk_start_turn(request: TurnRequest) -> Turn:
+    """The SDK engine, imported with its first run: claude-agent-sdk (and the MCP SDK it
+    brings) is 30 MiB of a worker's memory that only projects on that engine need
+    (bench/scale.py, idle RSS); imported off the event loop, which it would hold up."""
+    sdk_engine = await asyncio.to_thread(importlib.import_module, "promptmgr.engines.sdk")
+    return await sdk_engine.start_turn(request)  # type: ignore[no-any-return]
+
+
+ENGINES: dict[str, TurnStarter] = {Engine.CLI: cli_engine.start_turn, Engine.SDK: _sdk_start_turn}
 
 
 @dataclass

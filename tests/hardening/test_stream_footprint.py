@@ -19,6 +19,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 TOLERANCE = 0.10
+RSS_LEFT_MIB = 16.0
 
 
 def test_300_streams_over_10_runs_leave_no_thread_fd_memory_or_redis_connection_behind(
@@ -43,6 +44,11 @@ def test_300_streams_over_10_runs_leave_no_thread_fd_memory_or_redis_connection_
     # run there are its runner's (a cancel listener, its appends) and one shared reader.
     assert peak["threads"] <= idle["threads"] + 2
     assert peak["redis_connections"] <= idle["redis_connections"] + 3 * figures["runs"]
-    # All gone: back within 10% of idle.
+    # All gone: back within 10% of idle. The resident size may keep RSS_LEFT_MIB (about
+    # 43 KB per stream stays, docs/design-notes.md: 13 MiB, 8% of the 155 MiB worker
+    # this bar was set on, and 12% of the 101 MiB it is now that the SDKs load lazily).
     for name in ("threads", "fds", "rss_mib", "redis_connections"):
-        assert after[name] <= idle[name] * (1 + TOLERANCE), (name, idle[name], after[name])
+        allowed = idle[name] * (1 + TOLERANCE)
+        if name == "rss_mib":
+            allowed = max(allowed, idle[name] + RSS_LEFT_MIB)
+        assert after[name] <= allowed, (name, idle[name], after[name])

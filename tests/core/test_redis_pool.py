@@ -1,0 +1,39 @@
+"""The trimmed Redis pool keeps a few idle connections, and reuses them without reconnecting."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from core import redis as core_redis
+
+pytestmark = pytest.mark.unit
+
+
+def test_after_a_burst_the_pool_keeps_a_few_connections_and_reuses_them(settings: Any) -> None:
+    async def scenario() -> tuple[int, int, set[int], set[int]]:
+        pool = core_redis.get_async_redis().connection_pool
+        burst = [await pool.get_connection() for _ in range(core_redis.MAX_IDLE_CONNECTIONS + 3)]  # type: ignore[no-untyped-call]
+        for connection in burst:
+            await pool.release(connection)
+        kept = {id(c) for c in pool._available_connections}
+        open_after_burst = sum(1 for c in pool._available_connections if c.is_connected)
+        # One command at a time from now on: each must take a connection that is already open.
+        used: set[int] = set()
+        reconnects = 0
+        for _ in range(20):
+            connection = pool.get_available_connection()  # type: ignore[no-untyped-call]
+            reconnects += not connection.is_connected
+            await pool.ensure_connection(connection)
+            used.add(id(connection))
+            await pool.release(connection)
+        await core_redis.get_async_redis().aclose()
+        return open_after_burst, reconnects, kept, used
+
+    open_after_burst, reconnects, kept, used = asyncio.run(scenario())
+    assert open_after_burst == core_redis.MAX_IDLE_CONNECTIONS
+    assert len(kept) == core_redis.MAX_IDLE_CONNECTIONS  # the closed surplus left the pool
+    assert reconnects == 0
+    assert used <= kept
