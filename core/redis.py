@@ -117,6 +117,28 @@ class TrimmedConnectionPool(aredis.ConnectionPool):
                 self._available_connections.remove(connection)
 
 
+class TrimmedSyncConnectionPool(redis.ConnectionPool):
+    """The synchronous twin of ``TrimmedConnectionPool``, keeping at most ``max_idle`` idle
+    connections: the run queue's broker is used from several threads at once (its
+    consumers park on a wake list while a send or an acknowledgement needs another
+    connection), and redis-py would keep the most it ever had at once, for good."""
+
+    def __init__(self, *, max_idle: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.max_idle = max_idle
+
+    def release(self, connection: Any) -> None:
+        super().release(connection)
+        with self._lock:
+            idle = sum(1 for c in self._available_connections if c.is_connected)
+            if idle <= self.max_idle or connection not in self._available_connections:
+                return
+            self._available_connections.remove(connection)
+            # Counted against max_connections until now; the pool makes another when needed.
+            self._created_connections -= 1
+        connection.disconnect()
+
+
 def _client_options() -> dict[str, Any]:
     return {"decode_responses": True, "socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": 5}
 

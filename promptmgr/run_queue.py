@@ -39,11 +39,12 @@ import time
 from typing import Any
 
 import dramatiq
+import redis
 from django.conf import settings
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import Retries
 
-from core.redis import outage_seen
+from core.redis import TrimmedSyncConnectionPool, outage_seen
 
 from . import live, runner
 
@@ -67,6 +68,8 @@ DEAD_MESSAGE_TTL_MS = 86_400_000
 TIME_LIMIT_GRACE = 120
 # How often a waiting actor looks up from its run (for its time limit and interrupts).
 WAIT_STEP = 0.5
+# Idle connections the broker keeps (its consumers' parked ones are in use, not idle).
+BROKER_IDLE_CONNECTIONS = 1
 # How long ``stop`` waits for the worker's threads and consumers.
 STOP_TIMEOUT_MS = 10_000
 
@@ -141,9 +144,10 @@ class RunQueue:
         self.loop = loop
         self.draining = False
         self.worker: dramatiq.Worker | None = None
+        pool = TrimmedSyncConnectionPool.from_url(settings.REDIS_URL, max_idle=BROKER_IDLE_CONNECTIONS)
         self.broker = WakingRedisBroker(
             wake_key=f"{live.queue_namespace()}:wake",
-            url=settings.REDIS_URL,
+            client=redis.Redis(connection_pool=pool),
             namespace=live.queue_namespace(),
             # Explicit: Dramatiq's defaults would retry a failed run 20 times and stop any
             # actor after 10 minutes.

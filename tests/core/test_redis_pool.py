@@ -37,3 +37,24 @@ def test_after_a_burst_the_pool_keeps_a_few_connections_and_reuses_them(settings
     assert len(kept) == core_redis.MAX_IDLE_CONNECTIONS  # the closed surplus left the pool
     assert reconnects == 0
     assert used <= kept
+
+
+def test_the_sync_pool_of_the_run_queue_keeps_only_its_idle_allowance_after_a_burst(settings: Any) -> None:
+    pool = core_redis.TrimmedSyncConnectionPool.from_url(settings.REDIS_URL, max_idle=1)
+    try:
+        burst = [pool.get_connection() for _ in range(4)]
+        for connection in burst:
+            connection.send_command("PING")  # type: ignore[no-untyped-call]
+            assert connection.read_response() in (b"PONG", "PONG")
+        for connection in burst:
+            pool.release(connection)
+        [kept] = pool._available_connections
+        assert kept.is_connected
+        # The surplus was closed, not kept: only the one it kept is still open.
+        assert [c for c in burst if c.is_connected] == [kept]
+        # The one kept serves the next command without connecting again.
+        again = pool.get_connection()
+        assert again is kept and again.is_connected
+        pool.release(again)
+    finally:
+        pool.disconnect()

@@ -2,7 +2,8 @@
 
 The load is ``bench/streams_footprint.py`` itself (the app under uvicorn as its own
 process, the scripted model, the bundled CLI, Redis): the figures it prints are the ones
-asserted here, so the test and the benchmark cannot drift apart. About 90 seconds.
+asserted here, so the test and the benchmark cannot drift apart. About two minutes: the
+crowd comes twice, to tell what streams keep from an allocator's high-water mark.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+from bench.streams_footprint import SECOND_CROWD_RSS_MIB, TOLERANCE
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(480)]
 
 REPO = Path(__file__).resolve().parents[2]
-TOLERANCE = 0.10
-RSS_LEFT_MIB = 16.0
 
 
 def test_300_streams_over_10_runs_leave_no_thread_fd_memory_or_redis_connection_behind(
@@ -31,12 +32,12 @@ def test_300_streams_over_10_runs_leave_no_thread_fd_memory_or_redis_connection_
         env={**os.environ, "REDIS_URL": redis_url},
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=450,
     )
     print(completed.stdout)
     assert completed.returncode == 0, completed.stderr[-3000:]
     figures = json.loads(completed.stdout.strip().splitlines()[-1])
-    idle, peak, after = figures["idle"], figures["peak"], figures["after"]
+    idle, peak, after, again = figures["idle"], figures["peak"], figures["after"], figures["after_again"]
 
     # Every client read its run to "done" (the benchmark fails otherwise), a few dozen events each.
     assert figures["events_received"] >= 300 * 10
@@ -44,11 +45,12 @@ def test_300_streams_over_10_runs_leave_no_thread_fd_memory_or_redis_connection_
     # run there are its runner's (a cancel listener, its appends) and one shared reader.
     assert peak["threads"] <= idle["threads"] + 2
     assert peak["redis_connections"] <= idle["redis_connections"] + 3 * figures["runs"]
-    # All gone: back within 10% of idle. The resident size may keep RSS_LEFT_MIB (about
-    # 43 KB per stream stays, docs/design-notes.md: 13 MiB, 8% of the 155 MiB worker
-    # this bar was set on, and 12% of the 101 MiB it is now that the SDKs load lazily).
-    for name in ("threads", "fds", "rss_mib", "redis_connections"):
-        allowed = idle[name] * (1 + TOLERANCE)
-        if name == "rss_mib":
-            allowed = max(allowed, idle[name] + RSS_LEFT_MIB)
-        assert after[name] <= allowed, (name, idle[name], after[name])
+    # All gone: threads, file descriptors and Redis connections back within 10% of idle.
+    for name in ("threads", "fds", "redis_connections"):
+        for left in (after, again):
+            assert left[name] <= idle[name] * (1 + TOLERANCE), (name, idle[name], left[name])
+    # The resident size: nothing kept per stream. A second crowd of 300 adds (next to)
+    # nothing to what the first left; 43 KB kept per stream would add 13 MiB. Against the
+    # idle worker the first crowd leaves an allocator high-water mark that the benchmark
+    # prints beside the 10% bar (about 13 MiB, +12% of a 101 MiB worker).
+    assert again["rss_mib"] <= after["rss_mib"] + SECOND_CROWD_RSS_MIB, (after["rss_mib"], again["rss_mib"])
