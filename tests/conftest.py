@@ -56,6 +56,9 @@ def uses_the_database(item: pytest.Item) -> bool:
     return bool(names & DATABASE_FIXTURES) or item.get_closest_marker("django_db") is not None
 
 
+# First: pytest-xdist's own hook reads the xdist_group marks added here (into the node ids
+# --dist loadgroup schedules by), and run after it, they were never seen.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test says what it needs (one of ``KINDS``); slow tests start first; browser
     tests share one worker.
