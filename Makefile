@@ -14,9 +14,10 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 HOST ?= 127.0.0.1
 PORT ?= 8000
-# pytest-xdist workers: one holds the 870-second question, the others share the rest;
-# browser tests run one at a time on one of them (tests/conftest.py).
-TEST_WORKERS ?= 3
+# pytest-xdist workers: one holds the 870-second question, the other takes the rest, then
+# both; browser tests run one at a time (tests/conftest.py). A third made the 2 cores so
+# busy (load 13) that page and CLI tests missed their waits.
+TEST_WORKERS ?= 2
 # The PostgreSQL that make test-postgres uses (scripts/ensure-postgres.sh sets up a local
 # one); pytest-django creates and drops test_promptmanager_<checkout>_gwN in it. SQLite stays
 # the default everywhere else.

@@ -104,9 +104,14 @@ class WakingRedisBroker(RedisBroker):
     list. The queue itself, its acknowledgements and redelivery stay Dramatiq's.
     """
 
-    def __init__(self, *, wake_key: str, **kwargs: Any) -> None:
-        super().__init__(**kwargs)  # type: ignore[no-untyped-call]
+    def __init__(self, *, wake_key: str, url: str, **kwargs: Any) -> None:
+        super().__init__(url=url, **kwargs)  # type: ignore[no-untyped-call]
         self.wake_key = wake_key
+        self.url = url
+        # A parked consumer holds a connection for up to WAKE_WAIT_SECONDS: one of its own
+        # per queue (each queue has one consumer thread), so the shared pool, which the
+        # sends and acknowledgements use, does not grow and shrink with the parking.
+        self._parking: dict[str, redis.Redis] = {}
 
     def enqueue(self, message: dramatiq.Message[Any], *, delay: int | None = None) -> dramatiq.Message[Any]:
         enqueued = super().enqueue(message, delay=delay)
@@ -127,9 +132,24 @@ class WakingRedisBroker(RedisBroker):
         # this method now hides.
         fetch = RedisBroker.__getattr__(self, "do_fetch")  # type: ignore[no-untyped-call]
         messages: list[bytes] = fetch(queue_name, count)
-        if not messages and self.client.blpop([self._wake_key(queue_name)], timeout=WAKE_WAIT_SECONDS):
+        if not messages and self._parked(queue_name).blpop(
+            [self._wake_key(queue_name)], timeout=WAKE_WAIT_SECONDS
+        ):
             messages = fetch(queue_name, count)
         return messages
+
+    def _parked(self, queue_name: str) -> redis.Redis:
+        client = self._parking.get(queue_name)
+        if client is None:
+            client = self._parking[queue_name] = redis.Redis.from_url(self.url, single_connection_client=True)
+        return client
+
+    def close(self) -> None:
+        """Close every connection: the shared pool's and the parked consumers'."""
+        self.client.connection_pool.disconnect()
+        for client in self._parking.values():
+            client.close()
+        self._parking.clear()
 
 
 def time_limit() -> float:
@@ -147,6 +167,7 @@ class RunQueue:
         pool = TrimmedSyncConnectionPool.from_url(settings.REDIS_URL, max_idle=BROKER_IDLE_CONNECTIONS)
         self.broker = WakingRedisBroker(
             wake_key=f"{live.queue_namespace()}:wake",
+            url=settings.REDIS_URL,
             client=redis.Redis(connection_pool=pool),
             namespace=live.queue_namespace(),
             # Explicit: Dramatiq's defaults would retry a failed run 20 times and stop any
@@ -185,7 +206,7 @@ class RunQueue:
         if self.worker is not None:
             self.worker.stop(timeout=STOP_TIMEOUT_MS)
             self.worker = None
-        self.broker.client.connection_pool.disconnect()
+        self.broker.close()
 
     def _execute(self, run_id: int) -> None:
         """The actor, in a worker thread: supervise the run on the run loop and wait for it."""
@@ -263,4 +284,4 @@ def _send_once(loop: asyncio.AbstractEventLoop, run_id: int) -> None:
     try:
         queue.send(run_id)
     finally:
-        queue.broker.client.connection_pool.disconnect()
+        queue.broker.close()

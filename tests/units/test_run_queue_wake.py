@@ -45,4 +45,4 @@ def test_a_run_sent_to_an_idle_worker_wakes_it_instead_of_waiting_out_its_look(
     finally:
         worker.stop(timeout=10_000)
         broker.client.delete(*broker.client.keys(f"{namespace}*") or ["-"])
-        broker.client.connection_pool.disconnect()
+        broker.close()
