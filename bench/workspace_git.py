@@ -59,7 +59,8 @@ def make_origin(tmp: Path) -> Path:
         for index in range(FILES // FOLDERS):
             (directory / f"module{index:03}.py").write_text(f"# module {folder}.{index}\n" + LINE * 18)
     (source / "README.md").write_text("# Benchmark\n")
-    git = ["git", "-c", "user.name=Bench", "-c", "user.email=bench@example.com"]
+    # No automatic gc: a detached one, repacking 10,000 loose objects, raced the rmtree below.
+    git = ["git", "-c", "user.name=Bench", "-c", "user.email=bench@example.com", "-c", "gc.auto=0"]
     subprocess.run([*git, "init", "-q", "-b", "main"], cwd=source, check=True)
     subprocess.run([*git, "add", "-A"], cwd=source, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "10,000 files"], cwd=source, check=True)
