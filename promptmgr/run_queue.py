@@ -141,7 +141,10 @@ class WakingRedisBroker(RedisBroker):
     def _parked(self, queue_name: str) -> redis.Redis:
         client = self._parking.get(queue_name)
         if client is None:
-            client = self._parking[queue_name] = redis.Redis.from_url(self.url, single_connection_client=True)
+            # A pool of its own (one connection in it): a pooled connection is checked and
+            # reconnected when taken, so a Redis restart costs no error (a single-connection
+            # client raised one on its stale socket: a second outage warning).
+            client = self._parking[queue_name] = redis.Redis.from_url(self.url)
         return client
 
     def close(self) -> None:
