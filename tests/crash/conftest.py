@@ -25,7 +25,36 @@ from tests.helpers import free_port, wait_until
 PASSWORD = "crash-password"
 
 
-class ServerProcess:
+class _Process:
+    """What the tests do to an app process of theirs: its pid, kill -9, SIGTERM, stop."""
+
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def terminate(self) -> float:
+        """SIGTERM; the seconds until the process exited."""
+        assert self.proc is not None
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=30)
+        return time.monotonic() - started
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+class ServerProcess(_Process):
     """``uvicorn promptmgr.asgi:application`` in a process of its own."""
 
     def __init__(self, port: int, env: dict[str, str], log: Path) -> None:
@@ -72,29 +101,6 @@ class ServerProcess:
         except httpx.HTTPError:
             return False
 
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def terminate(self) -> float:
-        """SIGTERM; the seconds until the process exited."""
-        assert self.proc is not None
-        started = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
-        return time.monotonic() - started
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
     def login(self, username: str) -> httpx.Client:
         client = httpx.Client(base_url=self.url, timeout=30, follow_redirects=False)
         page = client.get("/accounts/login/")
@@ -110,7 +116,7 @@ class ServerProcess:
         return client
 
 
-class WorkerProcess:
+class WorkerProcess(_Process):
     """``python manage.py runworker`` (a queue worker) in a process of its own."""
 
     READY = "run queue worker"  # its log line once it takes runs
@@ -143,29 +149,6 @@ class WorkerProcess:
         if self.proc.poll() is not None:
             raise AssertionError(f"the worker exited with {self.proc.returncode}:\n{self.output()[-3000:]}")
         return self.READY in self.output()
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def terminate(self) -> float:
-        """SIGTERM; the seconds until the process exited."""
-        assert self.proc is not None
-        started = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=30)
-        return time.monotonic() - started
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
 
 
 @pytest.fixture
