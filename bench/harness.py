@@ -79,6 +79,18 @@ def _redis_answers(url: str) -> bool:
         return False
 
 
+def stop_group(proc: subprocess.Popen[Any], grace: float) -> None:
+    """SIGTERM the process's group, SIGKILL it after ``grace`` seconds."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
 @dataclass
 class Children:
     """Processes this benchmark started, each in its own process group."""
@@ -103,14 +115,7 @@ class Children:
     def stop_all(self, grace: float = 30.0) -> None:
         """Newest first: uvicorn's own shutdown reaps the CLI runs it still supervises."""
         for _name, proc in reversed(self.procs):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            stop_group(proc, grace)
         self.procs.clear()
 
 
@@ -204,14 +209,7 @@ class Stack:
     def stop_app(self, grace: float = 30.0) -> None:
         """Stop uvicorn (and so the runs it still supervises), keeping the rest of the stack."""
         for name, proc in [(n, p) for n, p in self.children.procs if n == "uvicorn"]:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
+            stop_group(proc, grace)
             self.children.procs.remove((name, proc))
 
     def project(self) -> Any:
