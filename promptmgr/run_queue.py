@@ -43,6 +43,7 @@ import redis
 from django.conf import settings
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import Retries
+from dramatiq.worker import WorkerThread
 
 from core.redis import TrimmedSyncConnectionPool, outage_seen
 
@@ -57,6 +58,13 @@ ACTOR_NAME = "run"
 POLL_MS = 20
 # How long an idle consumer parks on the wake list per look: a sent run wakes it at once.
 WAKE_WAIT_SECONDS = 0.5
+# How long an idle worker thread (a run slot) waits for its next run before it looks
+# whether the worker is stopping. Dramatiq gives its threads the consumer's POLL_MS, and
+# a wake-up 50 times a second in each of RUN_WORKER_CONCURRENCY threads was most of an
+# idle web process's CPU (20 slots: about 40 ms of CPU a second, bench/scale.py). A run
+# reaches a waiting thread at once either way (a queue's put wakes it); only a stop waits
+# up to this long.
+SLOT_WAIT_MS = 500
 # A wake-up nobody took (no idle worker was parked) is dropped after this.
 WAKE_TTL_SECONDS = 60
 # A worker whose broker heartbeat is this old counts as dead: its runs' messages are
@@ -155,6 +163,21 @@ class WakingRedisBroker(RedisBroker):
         self._parking.clear()
 
 
+class RunWorker(dramatiq.Worker):
+    """Dramatiq's worker whose idle run slots wait ``SLOT_WAIT_MS`` for a run, not ``POLL_MS``."""
+
+    def _add_worker(self) -> None:
+        # Dramatiq's own _add_worker, with the threads' timeout apart from the consumers'.
+        thread = WorkerThread(
+            broker=self.broker,
+            consumers=self.consumers,
+            work_queue=self.work_queue,
+            worker_timeout=SLOT_WAIT_MS,
+        )
+        thread.start()
+        self.workers.append(thread)
+
+
 def time_limit() -> float:
     """Seconds a run's actor may take: above the longest run (``RUN_MAX_DURATION``)."""
     return float(settings.RUN_MAX_DURATION + TIME_LIMIT_GRACE)
@@ -194,7 +217,7 @@ class RunQueue:
 
     def start_worker(self, concurrency: int) -> None:
         """Take runs off the queue, ``concurrency`` at once, into this queue's run loop."""
-        worker = dramatiq.Worker(
+        worker = RunWorker(
             self.broker, queues={QUEUE_NAME}, worker_timeout=POLL_MS, worker_threads=concurrency
         )
         # Held messages count in-progress ones too: never more than the free run slots.
