@@ -42,6 +42,8 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 install: $(VENV)/.installed-dev
 
 # The MCP server Claude spawns reaches the app here; it must match where uvicorn listens.
+# PYTHONMALLOC=malloc: what closed streams used goes back to the OS (README, "PostgreSQL and
+# several workers").
 run: export INTERNAL_BASE_URL ?= http://127.0.0.1:$(PORT)
 run: $(VENV)/.installed-app
 	$(PY) manage.py migrate --noinput -v 0
@@ -49,7 +51,7 @@ run: $(VENV)/.installed-app
 	scripts/ensure-bubblewrap.sh
 	$(PY) manage.py ensure_demo_user
 	$(PY) manage.py sync_workspaces
-	exec $(VENV)/bin/uvicorn promptmgr.asgi:application --host $(HOST) --port $(PORT) \
+	PYTHONMALLOC=malloc exec $(VENV)/bin/uvicorn promptmgr.asgi:application --host $(HOST) --port $(PORT) \
 		--timeout-graceful-shutdown 5
 
 lint: $(VENV)/.installed-dev

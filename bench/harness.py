@@ -178,7 +178,8 @@ class Stack:
         """uvicorn serving ``promptmgr.asgi:application``, as ``make run`` does; with
         ``workers`` above 1, that many worker processes behind uvicorn's supervisor (they
         share Redis and the database, as the README's several workers do)."""
-        env = {**os.environ, **self.env, **(extra_env or {})}
+        # PYTHONMALLOC as make run serves (README): streams' memory goes back to the OS.
+        env = {**os.environ, **self.env, "PYTHONMALLOC": "malloc", **(extra_env or {})}
         argv = [PYTHON, "-m", "uvicorn", "promptmgr.asgi:application", "--host", "127.0.0.1"]
         # A bounded graceful shutdown: held long-polls must not delay reaping the CLI runs.
         argv += ["--port", str(self.app_port), "--log-level", "warning", "--timeout-graceful-shutdown", "5"]
