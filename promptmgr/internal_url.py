@@ -17,11 +17,13 @@ import asyncio
 import contextvars
 import hashlib
 import hmac
+import http.client
 import logging
 import time
+import urllib.error
+import urllib.request
 from typing import Any
 
-import httpx
 from django.conf import settings
 
 logger = logging.getLogger(__name__)
@@ -60,6 +62,26 @@ def problem() -> str | None:
     return _problem
 
 
+def _get(url: str) -> tuple[int, str]:
+    """One GET of ``url``, ignoring the environment's proxies (the app is on loopback).
+
+    The standard library, not httpx: this is the web worker's only HTTP call, and
+    importing httpx (with the rich and click of its command line) cost the idle worker
+    6 MiB (bench/scale.py, idle RSS)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=2.0) as response:
+            return response.status, response.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:  # an answer, just not a 200
+        return exc.code, ""
+
+
+def _failure(exc: Exception) -> str:
+    """What kept the request from an answer: the cause's class, e.g. ConnectionRefusedError."""
+    cause = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    return type(cause).__name__ if isinstance(cause, BaseException) else type(exc).__name__
+
+
 async def check(deadline: float) -> None:
     """Ask ``INTERNAL_BASE_URL`` for its identity until it answers or ``deadline`` passes."""
     global _problem
@@ -67,20 +89,19 @@ async def check(deadline: float) -> None:
     expected = identity()
     reason = "no answer"
     give_up = time.monotonic() + deadline
-    async with httpx.AsyncClient(trust_env=False, timeout=2.0) as client:
-        while time.monotonic() < give_up:
-            try:
-                response = await client.get(url + PATH)
-            except httpx.HTTPError as exc:
-                reason = type(exc).__name__  # not listening yet, or never: try again shortly
-                await asyncio.sleep(0.2)
-                continue
-            if response.status_code == 200 and hmac.compare_digest(response.text, expected):
-                _problem = None
-                return
-            _problem = MSG_OTHER_SERVER.format(url=url)
-            logger.error(_problem)
+    while time.monotonic() < give_up:
+        try:
+            status, text = await asyncio.to_thread(_get, url + PATH)
+        except (OSError, http.client.HTTPException) as exc:
+            reason = _failure(exc)  # not listening yet, or never: try again shortly
+            await asyncio.sleep(0.2)
+            continue
+        if status == 200 and hmac.compare_digest(text, expected):
+            _problem = None
             return
+        _problem = MSG_OTHER_SERVER.format(url=url)
+        logger.error(_problem)
+        return
     _problem = MSG_UNREACHABLE.format(url=url, reason=reason)
     logger.error(_problem)
 

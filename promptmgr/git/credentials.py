@@ -18,11 +18,14 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from cryptography.fernet import Fernet, InvalidToken
 from django.conf import settings
 
 from promptmgr.models import GitSecretKind
+
+if TYPE_CHECKING:
+    from cryptography.fernet import Fernet
 
 SECRET_UNREADABLE = (
     "The project's stored access token or deploy key cannot be decrypted with this server's "
@@ -46,6 +49,10 @@ class SecretUnreadable(Exception):
 
 
 def _fernet() -> Fernet:
+    # Imported on first use: cryptography is 7 MiB of every web worker's idle memory
+    # (bench/scale.py), and only a project with a git secret needs it.
+    from cryptography.fernet import Fernet
+
     return Fernet(str(settings.WORKSPACE_SECRET_KEY).encode())
 
 
@@ -54,6 +61,8 @@ def secret_encrypt(plain: str) -> str:
 
 
 def secret_decrypt(ciphertext: str) -> str:
+    from cryptography.fernet import InvalidToken
+
     try:
         return _fernet().decrypt(ciphertext.encode()).decode()
     except InvalidToken:

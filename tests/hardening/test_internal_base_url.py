@@ -54,7 +54,7 @@ def test_nothing_listening_at_internal_base_url_is_logged_and_runs_are_refused_a
     response = refused_run(server, project.pk)
 
     assert time.monotonic() - started < 15  # not the 179 s a hanging run took
-    expected = internal_url.MSG_UNREACHABLE.format(url=wrong, reason="ConnectError")
+    expected = internal_url.MSG_UNREACHABLE.format(url=wrong, reason="ConnectionRefusedError")
     assert response.status_code == 503
     assert response.json() == {"detail": expected, "code": "internal_url_unreachable"}
     assert [(r.levelno, r.getMessage()) for r in caplog.records if r.name == internal_url.__name__] == [
