@@ -25,9 +25,9 @@ resident size. A and B repetitions alternate (AB, BA, …) so other load hits bo
    pipes in a session of its own: the longest step of the event loop during the spawn,
    seen by a coroutine that yields on every iteration. At the size the app loads to here,
    then with ``--grown-mib`` more resident (fork copies the page tables of every page).
-4. The Markdown render pool (``markdown.render_markdown_async``; B renders in place): the
+4. The Markdown render process (``markdown.render_markdown_async``; B renders in place): the
    longest gap between the ticks of a 1 ms ticker while a 35 KB dense reply renders; and
-   a 300-character text (``INLINE_MAX_CHARS``) through the pool against in place.
+   a 300-character text (``INLINE_MAX_CHARS``) through the render process against in place.
 5. ``gc.freeze()`` after start-up: one full ``gc.collect()``, frozen against not.
 
 The notes under the table give each stall's floor: the same ticker with nothing to do.
@@ -414,8 +414,7 @@ async def markdown_pool(reps: int, short_reps: int, notes: list[str]) -> list[Co
     from promptmgr import markdown
 
     long_text, short_text = dense_markdown(35 * 1024), dense_markdown(markdown.INLINE_MAX_CHARS)
-    markdown.start_renderer()
-    await markdown.render_markdown_async(long_text)  # the pool's process is up and warm
+    await markdown.render_markdown_async(long_text)  # the render process is up and warm
 
     async def in_place(text: str) -> str:
         return markdown.render_markdown(text)
@@ -424,9 +423,7 @@ async def markdown_pool(reps: int, short_reps: int, notes: list[str]) -> list[Co
         return await timed(render(long_text))
 
     async def pooled(text: str) -> str:
-        return await asyncio.get_running_loop().run_in_executor(
-            markdown._renderer(), markdown.render_markdown, text
-        )
+        return await markdown.renderer().render(text)
 
     stall = Compared("4 Markdown 35 KB: longest loop stall (ms)", spread="max")
     render = Compared("  35 KB render, wall (ms)")
@@ -441,7 +438,7 @@ async def markdown_pool(reps: int, short_reps: int, notes: list[str]) -> list[Co
             (render.trick if trick else render.plain).append(wall_s * 1e3)
         floor.append((await longest_stall(lambda: asyncio.sleep(0.1), tick=0.001))[0] * 1e3)
     notes.append(f"4: the 1 ms ticker's longest gap over 100 ms with nothing to do: {spread_text(floor)}")
-    short = Compared(f"  {len(short_text)} chars: pool round trip vs in place (ms)", digits=3)
+    short = Compared(f"  {len(short_text)} chars: render process round trip vs in place (ms)", digits=3)
     for _rep, trick_first in alternate(short_reps):
         for trick in (trick_first, not trick_first):
             start = time.perf_counter()
@@ -543,7 +540,7 @@ async def measure(stack: harness.Stack, args: argparse.Namespace, notes: list[st
     freeze = gc_freeze(args.gc_reps)
     print("  5 gc.freeze done", flush=True)
     render = await markdown_pool(args.render_reps, args.short_reps, notes)
-    print("  4 Markdown pool done", flush=True)
+    print("  4 Markdown render process done", flush=True)
     await sync_to_async(load_instance_uid)()
     rate, line_size = await cli_line_rate(stack, args.lines)
     notes.append(

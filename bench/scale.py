@@ -11,9 +11,10 @@ so this process (on the same machine) reads each delta's latency off its text.
 
 Figures, each beside its target:
 
-1. *Idle*: the resident size of the app's own processes (the uvicorn worker, its Markdown
-   render process and multiprocessing's resource tracker; not the CLIs) once a few runs
-   have warmed it up and it has settled.
+1. *Idle*: the resident size of the app's own processes (the uvicorn worker and its
+   Markdown render process, if it runs; not the CLIs) once a few runs have warmed it up
+   and it has settled: ``--settle`` seconds, by default until the render process that the
+   warm-up's long replies started has ended (``markdown.RENDER_IDLE_SECONDS`` without one).
 2. *One run at a real pace*: ``--rate`` deltas a second, one SSE client; the server's CPU
    time (utime + stime of the app's processes, ``/proc/PID/stat``) per delta delivered,
    over the run's streaming window.
@@ -53,6 +54,7 @@ if __package__ in (None, ""):
 from bench import app_client, harness  # noqa: E402
 from bench.report import fmt, percentile, table, verdict  # noqa: E402
 from bench.stream_passes import sched_ns  # noqa: E402
+from promptmgr.markdown import RENDER_IDLE_SECONDS  # noqa: E402
 
 FAKE_CLI = Path(__file__).resolve().parent / "fake_cli.py"
 TARGET_P99_MS = 50.0
@@ -100,11 +102,13 @@ def _kind(pid: int, parent_kind: str) -> str:
         return "guardian"
     if b"uvicorn" in text:
         return "uvicorn supervisor" if b"--workers" in text else "uvicorn worker"
+    if b"promptmgr.markdown" in text:
+        return "render process"
     if b"resource_tracker" in text:
         return "resource tracker"
     if b"spawn_main" in text:
-        # uvicorn's supervisor spawns its workers; a worker spawns its Markdown renderer.
-        return "uvicorn worker" if parent_kind == "uvicorn supervisor" else "render process"
+        # uvicorn's supervisor spawns its workers with multiprocessing.
+        return "uvicorn worker" if parent_kind == "uvicorn supervisor" else "spawned process"
     return Path(text.split(b" ", 1)[0].decode(errors="replace")).name or "?"
 
 
@@ -742,7 +746,12 @@ def main() -> None:
     )
     parser.add_argument("--idle-seconds", type=float, default=5.0, help="seconds the CPU at rest is measured")
     parser.add_argument("--ramp", type=float, default=2.0, help="seconds from the gate to the window")
-    parser.add_argument("--settle", type=float, default=4.0, help="seconds to settle before idle RSS")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=RENDER_IDLE_SECONDS + 2,
+        help="seconds to settle before idle RSS (default: until the render process has exited)",
+    )
     parser.add_argument("--workers", default="1,2", help="worker counts to measure (default 1,2)")
     parser.add_argument("--profile", default="", help="py-spy each worker over the window into PREFIX-*.txt")
     parser.add_argument("--gc-log", action="store_true", help="time the app's garbage collections")

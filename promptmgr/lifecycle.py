@@ -139,16 +139,14 @@ def _start_default_executor(loop: asyncio.AbstractEventLoop) -> None:
 
 async def start_run_host() -> None:
     """What every process that runs or sweeps runs starts with: load the instance id;
-    start the Markdown render process; sweep what a crashed worker left (runs nobody owns
-    any more, their secrets and temporary directories) now and then periodically."""
+    sweep what a crashed worker left (runs nobody owns any more, their secrets and
+    temporary directories) now and then periodically."""
     from core.redis import load_instance_uid
-    from promptmgr.markdown import start_renderer
     from promptmgr.recovery import recover_orphaned_runs, start_sweeper
     from promptmgr.services.git_workspace import clones_recover_interrupted
 
     # Before anything touches Redis: every key carries this database's instance id.
     await sync_to_async(load_instance_uid)()
-    start_renderer()
     # Registered first: this worker's id, and where it runs, tell the sweep its
     # predecessor's process is gone.
     await start_sweeper()

@@ -59,31 +59,53 @@ async def test_a_long_reply_renders_while_the_event_loop_keeps_serving(fresh_ren
 
 async def test_a_dead_render_process_loses_no_reply(fresh_renderer: None) -> None:
     await render_markdown_async(LONG_REPLY)
-    pool = markdown._renderer()
-    [dead] = list(pool._processes.values())
-    dead.kill()
-    dead.join()
+    dead = markdown.renderer().pid
+    assert dead is not None
+    os.kill(dead, signal.SIGKILL)
+    wait_until(lambda: not alive(dead), timeout=10, what="the render process to die")
 
     assert await render_markdown_async(LONG_REPLY) == render_markdown(LONG_REPLY)
     assert await render_markdown_async(LONG_REPLY) == render_markdown(LONG_REPLY)
-    [fresh] = list(markdown._renderer()._processes.values())
-    assert fresh.pid != dead.pid and fresh.is_alive()
+    fresh = markdown.renderer().pid
+    assert fresh is not None and fresh != dead and alive(fresh)
 
 
-async def test_starting_again_replaces_a_render_process_that_died_meanwhile(fresh_renderer: None) -> None:
-    markdown.start_renderer()
+async def test_an_idle_render_process_exits_and_the_next_long_reply_starts_another(
+    fresh_renderer: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An idle worker keeps no render process (27 MiB); the next long reply still renders.
+    monkeypatch.setattr(markdown, "RENDER_IDLE_SECONDS", 0.3)
     await render_markdown_async(LONG_REPLY)
-    [dead] = list(markdown._renderer()._processes.values())
-    dead.kill()
-    dead.join()
-    # The pool's own thread notices the death and marks the pool broken.
-    wait_until(lambda: bool(markdown._renderer()._broken), timeout=10, what="the pool to break")
-
-    markdown.start_renderer()
+    first = markdown.renderer().pid
+    assert first is not None and alive(first)
+    for _ in range(100):
+        if markdown.renderer().pid is None and not alive(first):
+            break
+        await asyncio.sleep(0.05)
+    assert markdown.renderer().pid is None and not alive(first)
 
     assert await render_markdown_async(LONG_REPLY) == render_markdown(LONG_REPLY)
-    [fresh] = list(markdown._renderer()._processes.values())
-    assert fresh.pid != dead.pid and fresh.is_alive()
+    second = markdown.renderer().pid
+    assert second is not None and second != first
+
+
+async def test_renders_waiting_together_come_back_each_to_its_own_text(fresh_renderer: None) -> None:
+    texts = [LONG_REPLY.replace("Step", f"Part {i}") for i in range(4)]
+    assert await asyncio.gather(*(render_markdown_async(t) for t in texts)) == [
+        render_markdown(t) for t in texts
+    ]
+
+
+async def test_the_render_process_gets_no_secret_of_the_worker(
+    fresh_renderer: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret-for-test")
+    monkeypatch.setenv("SECRET_KEY", "django-secret-for-test")
+    await render_markdown_async(LONG_REPLY)
+    pid = markdown.renderer().pid
+    environ = Path(f"/proc/{pid}/environ").read_bytes()
+    assert b"secret-for-test" not in environ
+    assert b"ANTHROPIC_API_KEY" not in environ and b"SECRET_KEY" not in environ
 
 
 def alive(pid: int) -> bool:
@@ -97,12 +119,13 @@ def alive(pid: int) -> bool:
 
 def test_a_worker_killed_outright_leaves_no_render_process_behind() -> None:
     worker_code = (
-        "import time\n"
+        "import asyncio\n"
         "from promptmgr import markdown\n"
-        "pool = markdown._renderer()\n"
-        "pool.submit(markdown.render_markdown, 'x').result()\n"
-        "print(*(p.pid for p in pool._processes.values()), flush=True)\n"
-        "time.sleep(120)\n"
+        "async def main():\n"
+        "    await markdown.render_markdown_async('x' * 1000)\n"
+        "    print(markdown.renderer().pid, flush=True)\n"
+        "    await asyncio.sleep(120)\n"
+        "asyncio.run(main())\n"
     )
     worker = subprocess.Popen(
         [sys.executable, "-c", worker_code], stdout=subprocess.PIPE, cwd=Path(__file__).parents[2], text=True
