@@ -7,6 +7,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
+from core.storable import StorableJSONField
 from promptmgr.models import Run
 
 
@@ -46,7 +47,7 @@ class Question(models.Model):
     question_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="questions")
     source = models.CharField(max_length=8, choices=QuestionSource.choices)
-    questions = models.JSONField(
+    questions = StorableJSONField(
         help_text="[{question, header, options:[{label, description}], multiSelect}]"
     )
     status = models.CharField(max_length=12, choices=QuestionStatus.choices, default=QuestionStatus.PENDING)
@@ -115,8 +116,8 @@ class PermissionRequest(models.Model):
     source = models.CharField(max_length=8, choices=QuestionSource.choices)
     tool_name = models.CharField(max_length=200)
     tool_use_id = models.CharField(max_length=200, blank=True)
-    tool_input = models.JSONField(default=dict)
-    preview = models.JSONField(default=dict, help_text="What the card shows (askuser.previews).")
+    tool_input = StorableJSONField(default=dict)
+    preview = StorableJSONField(default=dict, help_text="What the card shows (askuser.previews).")
     suggested_rule = models.CharField(max_length=500, blank=True)
     status = models.CharField(
         max_length=12, choices=PermissionStatus.choices, default=PermissionStatus.PENDING

@@ -4,11 +4,17 @@ PostgreSQL's text and jsonb refuse the NUL character (SQLite keeps it), and what
 and its tools print may hold one (``cat`` of a binary file, ``printf '\\0'``). The API
 refuses NUL in what people send (``promptmgr.api``); what a run produces is kept with
 U+FFFD in its place, on both databases, rather than lost with the rest of the record.
+
+The model fields that hold what a run produces are ``StorableTextField`` and
+``StorableJSONField``: every save, ``update()`` and ``bulk_create`` goes through them, so
+no caller has to remember.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from django.db import models
 
 NUL = "\x00"
 REPLACEMENT = "\ufffd"
@@ -27,3 +33,28 @@ def storable(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [storable(item) for item in value]
     return value
+
+
+class StorableTextField(models.TextField):  # type: ignore[type-arg]
+    """A ``TextField`` that stores each NUL as U+FFFD."""
+
+    def get_prep_value(self, value: Any) -> Any:
+        value = super().get_prep_value(value)
+        return storable_text(value) if isinstance(value, str) else value
+
+    def deconstruct(self) -> Any:
+        # The column is Django's own: to migrations this is a TextField (on SQLite a
+        # changed field class would rebuild the table, every run event copied).
+        name, _path, args, kwargs = super().deconstruct()
+        return name, "django.db.models.TextField", args, kwargs
+
+
+class StorableJSONField(models.JSONField):
+    """A ``JSONField`` that stores each NUL in its strings and keys as U+FFFD."""
+
+    def get_prep_value(self, value: Any) -> Any:
+        return super().get_prep_value(storable(value))
+
+    def deconstruct(self) -> Any:
+        name, _path, args, kwargs = super().deconstruct()  # as StorableTextField's
+        return name, "django.db.models.JSONField", args, kwargs

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from core.events import Event, read_events
-from core.storable import storable
 
 from .models import RunEvent
 
@@ -17,12 +16,9 @@ def for_storage(events: list[Event]) -> list[Event]:
 
 def persist_events(run_id: int, events: list[Event]) -> None:
     """Keep the run's events in the database so the conversation outlives Redis (a NUL
-    character in them as U+FFFD: ``core.storable``)."""
+    character in them as U+FFFD: ``RunEvent.data`` is a ``core.storable`` field)."""
     RunEvent.objects.bulk_create(
-        [
-            RunEvent(run_id=run_id, seq=e.id, event=e.event, data=storable(e.data))
-            for e in for_storage(events)
-        ],
+        [RunEvent(run_id=run_id, seq=e.id, event=e.event, data=e.data) for e in for_storage(events)],
         ignore_conflicts=True,
         batch_size=500,
     )

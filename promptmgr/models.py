@@ -10,6 +10,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
+from core.storable import StorableJSONField, StorableTextField
+
 ASK_USER_TIMEOUT_MIN = 30
 ASK_USER_TIMEOUT_MAX = 900
 ANSWER_POLICY_DELAY_MAX = ASK_USER_TIMEOUT_MAX
@@ -249,8 +251,8 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
-    error = models.TextField(blank=True, help_text="What went wrong, in a sentence or a few.")
-    stderr_tail = models.TextField(blank=True, help_text="The end of what Claude Code wrote to stderr.")
+    error = StorableTextField(blank=True, help_text="What went wrong, in a sentence or a few.")
+    stderr_tail = StorableTextField(blank=True, help_text="The end of what Claude Code wrote to stderr.")
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
     usage = models.JSONField(default=dict, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
@@ -275,7 +277,7 @@ class RunEvent(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
     seq = models.PositiveIntegerField()
     event = models.CharField(max_length=40)
-    data = models.JSONField(default=dict)
+    data = StorableJSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

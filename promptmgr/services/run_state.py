@@ -17,7 +17,6 @@ from typing import Any
 
 from django.utils import timezone
 
-from core.storable import storable_text
 from promptmgr.models import ACTIVE_RUN_STATUSES, Run, RunStatus
 
 TERMINAL_STATUSES = frozenset(
@@ -108,9 +107,9 @@ def run_finish(run_id: int, outcome: Outcome, *, expected: str | None = None) ->
         sources=ACTIVE_RUN_STATUSES if expected is None else [expected],
         ended_at=timezone.now(),
         exit_code=outcome.exit_code,
-        # The CLI's stderr (and an error quoting it) may hold a NUL, which PostgreSQL refuses.
-        error=storable_text(outcome.error[:MAX_ERROR_CHARS]),
-        stderr_tail=storable_text(outcome.stderr[-MAX_STDERR_CHARS:]),
+        # A NUL in either is stored as U+FFFD (their fields: core.storable).
+        error=outcome.error[:MAX_ERROR_CHARS],
+        stderr_tail=outcome.stderr[-MAX_STDERR_CHARS:],
         cost_usd=Decimal(str(cost)) if isinstance(cost, int | float) else None,
         usage=result.get("usage") or {},
         duration_ms=result.get("duration_ms"),
