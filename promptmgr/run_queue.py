@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import time
 from typing import Any
 
 import dramatiq
@@ -74,8 +73,6 @@ HEARTBEAT_TIMEOUT_MS = 60_000
 DEAD_MESSAGE_TTL_MS = 86_400_000
 # Beyond RUN_MAX_DURATION (which the supervisor enforces itself): its clean-up.
 TIME_LIMIT_GRACE = 120
-# How often a waiting actor looks up from its run (for its time limit and interrupts).
-WAIT_STEP = 0.5
 # Idle connections the broker keeps (its consumers' parked ones are in use, not idle).
 BROKER_IDLE_CONNECTIONS = 1
 # How long ``stop`` waits for the worker's threads and consumers.
@@ -241,25 +238,15 @@ class RunQueue:
             self.send(run_id)
             return
         future = asyncio.run_coroutine_threadsafe(runner.supervise(run_id), self.loop)
-        deadline = time.monotonic() + time_limit()
         try:
-            while True:
-                try:
-                    future.result(timeout=WAIT_STEP)
-                    return
-                except concurrent.futures.TimeoutError:
-                    if future.done():
-                        future.result()
-                        return
-                    if time.monotonic() > deadline:
-                        logger.error(
-                            "run %s passed its time limit of %.0f s; stopping it", run_id, time_limit()
-                        )
-                        raise
-        except BaseException:
-            # Cancelling the future cancels the supervision, which stops the run cleanly.
-            future.cancel()
+            future.result(timeout=time_limit())
+        except concurrent.futures.TimeoutError:
+            logger.error("run %s passed its time limit of %.0f s; stopping it", run_id, time_limit())
             raise
+        finally:
+            # Cancelling the future cancels the supervision, which stops the run cleanly
+            # (nothing to cancel once it is done).
+            future.cancel()
 
 
 _queues: dict[int, RunQueue] = {}
@@ -272,12 +259,9 @@ def start(*, worker: bool, concurrency: int | None = None) -> RunQueue:
     queue = RunQueue(loop)
     _queues[id(loop)] = queue
     if worker:
-        queue.start_worker(concurrency or settings.RUN_WORKER_CONCURRENCY)
-        logger.info(
-            "run queue worker %s: up to %d runs at once",
-            runner.WORKER_ID,
-            concurrency or settings.RUN_WORKER_CONCURRENCY,
-        )
+        slots = concurrency or settings.RUN_WORKER_CONCURRENCY
+        queue.start_worker(slots)
+        logger.info("run queue worker %s: up to %d runs at once", runner.WORKER_ID, slots)
     return queue
 
 

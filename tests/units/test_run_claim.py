@@ -15,7 +15,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from dramatiq.middleware import Retries
 
-from promptmgr import live, run_queue
+from promptmgr import live, run_queue, runner
 from promptmgr.models import Run, RunStatus
 from promptmgr.runner import WORKER_ID, claim
 from promptmgr.services import run_state
@@ -131,3 +131,26 @@ async def test_the_sweep_fails_a_run_only_in_the_state_it_judged(transactional_d
     with pytest.raises(run_state.IllegalTransition):
         await sync_to_async(run_state.run_finish)(run.pk, outcome, expected=RunStatus.QUEUED)
     assert await status(run.pk) == RunStatus.RUNNING
+
+
+@pytest.mark.asyncio
+async def test_an_actor_past_its_time_limit_stops_its_run_and_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A narrow test of the actor's wait: the run never ends by itself.
+    stopped = asyncio.Event()
+
+    async def endless(run_id: int) -> bool:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            stopped.set()
+        return True
+
+    monkeypatch.setattr(runner, "supervise", endless)
+    monkeypatch.setattr(run_queue, "time_limit", lambda: 0.3)
+    queue = run_queue.RunQueue(asyncio.get_running_loop())
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.to_thread(queue._execute, 1)
+        await asyncio.wait_for(stopped.wait(), timeout=5)
+    finally:
+        queue.broker.close()
