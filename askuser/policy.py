@@ -19,6 +19,7 @@ until Claude has taken it (``answer_override``).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import re
@@ -87,8 +88,12 @@ _tasks: set[asyncio.Task[None]] = set()
 
 
 def _spawn(work: Coroutine[Any, Any, None], name: str) -> None:
-    """Run the agent beside the request that showed the card, which must not wait for it."""
-    task = asyncio.get_running_loop().create_task(work, name=name)
+    """Run the agent beside the request that showed the card, which must not wait for it.
+
+    In a fresh context: the agent outlives the request, and must not inherit the request's
+    thread (``promptmgr.request_threads``), which is lent to the next request once this
+    one ends (asgiref refuses thread-sensitive calls from a task that outlived it)."""
+    task = asyncio.get_running_loop().create_task(work, name=name, context=contextvars.Context())
     _tasks.add(task)
     task.add_done_callback(_tasks.discard)
 

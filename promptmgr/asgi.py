@@ -19,16 +19,20 @@ import os
 import re
 from typing import Any
 
-from django.core.asgi import get_asgi_application
+import django
 from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "promptmgr.settings")
-django_application = get_asgi_application()
+django.setup(set_prefix=False)
 
 from django.conf import settings  # noqa: E402  (after Django is set up)
 from starlette.staticfiles import StaticFiles  # noqa: E402
 
 from promptmgr import internal_url, lifecycle  # noqa: E402
+from promptmgr.request_threads import PooledThreadHandler  # noqa: E402
+
+# Every other request: its synchronous steps on a long-lived pooled thread.
+django_application = PooledThreadHandler(settings.REQUEST_THREADS)
 from promptmgr.scripted_model.server import create_app as create_demo_model  # noqa: E402
 
 Scope = dict[str, Any]

@@ -177,7 +177,10 @@ DATABASES = {
             f"sqlite:///{VAR_DIR / 'db.sqlite3'}",
             schemes={"sqlite", "postgres", "postgresql", "pgsql"},
         ),
-        conn_max_age=0,
+        # Requests run on pooled long-lived threads (REQUEST_THREADS), so a connection
+        # outlives its request: opening one per request cost more than the query.
+        conn_max_age=envint("DB_CONN_MAX_AGE", "600", minimum=0, maximum=86400),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -274,6 +277,9 @@ RUN_SWEEP_SECONDS = envint("RUN_SWEEP_SECONDS", "10", minimum=1, maximum=3600)
 RUN_WORKER = envchoice("RUN_WORKER", "embedded", choices=("embedded", "off"))
 # Runs one worker process executes at once (its queue prefetch is never higher).
 RUN_WORKER_CONCURRENCY = envint("RUN_WORKER_CONCURRENCY", str(RUNS_GLOBAL), minimum=1, maximum=1000)
+# Long-lived threads that run requests' synchronous steps (promptmgr.request_threads);
+# each holds a database connection. Past them a request gets a thread of its own.
+REQUEST_THREADS = envint("REQUEST_THREADS", "8", minimum=1, maximum=256)
 SSE_HEARTBEAT_SECONDS = envint("SSE_HEARTBEAT_SECONDS", "15", minimum=1, maximum=60)
 EVENT_STREAM_TTL = envint("EVENT_STREAM_TTL", "86400", minimum=60, maximum=30 * 86400)
 

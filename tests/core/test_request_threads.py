@@ -1,0 +1,110 @@
+"""Requests borrow long-lived threads (``promptmgr.request_threads``): a request's
+synchronous steps run on a pooled thread whose database connection serves the next
+request too, instead of a new thread and connection per request."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.core import signals
+from django.db import connection
+
+from promptmgr.request_threads import PooledThreadHandler
+
+pytestmark = pytest.mark.unit
+
+
+async def get(handler: PooledThreadHandler, path: str = "/accounts/login/") -> int:
+    """One GET through the handler as an ASGI server sends it; returns the status."""
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    sent: list[dict[str, Any]] = []
+    body_read = False
+    never = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        nonlocal body_read
+        if not body_read:
+            body_read = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await never.wait()  # the client stays connected
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await handler(scope, receive, send)
+    return int(sent[0]["status"])
+
+
+@pytest.fixture
+def request_threads() -> Iterator[list[tuple[threading.Thread, Any]]]:
+    """(thread, database connection) of each request, seen as the request ends on its thread."""
+    # The objects themselves, not their ids: a finished thread's ident can be reused.
+    seen: list[tuple[threading.Thread, Any]] = []
+
+    def record(**_kwargs: Any) -> None:
+        connection.ensure_connection()
+        seen.append((threading.current_thread(), connection.connection))
+
+    signals.request_finished.connect(record)
+    yield seen
+    signals.request_finished.disconnect(record)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_requests_one_after_another_share_one_thread_and_its_database_connection(
+    request_threads: list[tuple[threading.Thread, Any]],
+) -> None:
+    handler = PooledThreadHandler(4)
+
+    statuses = [await get(handler) for _ in range(3)]
+
+    assert statuses == [200, 200, 200]
+    assert handler.threads_made == 1
+    assert len(request_threads) == 3
+    (thread, conn), *later = request_threads
+    assert all(t is thread and c is conn for t, c in later), request_threads
+    assert thread is not threading.current_thread()  # not the event loop's thread
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_requests_at_once_get_threads_of_their_own_up_to_the_pool_size_and_beyond(
+    request_threads: list[tuple[threading.Thread, Any]],
+) -> None:
+    handler = PooledThreadHandler(2)
+
+    statuses = await asyncio.gather(*(get(handler) for _ in range(4)))
+
+    assert statuses == [200] * 4
+    assert handler.threads_made == 2
+    # Each request ran on one thread of its own while it lasted: two pooled ones and, past
+    # the pool, two made for the request (as Django does for every request).
+    assert len({id(thread) for thread, _conn in request_threads}) == 4
+
+
+def test_a_borrowed_thread_is_lent_again_once_given_back() -> None:
+    handler = PooledThreadHandler(1)
+    first = handler._borrow()
+    assert first is not None
+    assert handler._borrow() is None  # the only pooled thread is lent out
+
+    handler._idle.append(first)
+
+    assert handler._borrow() is first
+    first.shutdown()
