@@ -355,7 +355,7 @@ def _decide(request_id: str, user: Any, decision: str, message: str) -> Permissi
     _check_open(request)
     # The worker of the request's run died and no sweep has failed the run yet: nobody
     # would read this decision. The run fails now, and the decision is refused, not lost.
-    if run_state.run_fail_if_orphaned(request.run_id):
+    if run_state.run_fail_if_orphaned(request.run):
         raise Gone(services.MSG_RUN_FINISHED, code="run_finished")
     if decision == Decision.ALWAYS and not request.suggested_rule:
         raise Invalid(MSG_NO_RULE, code="no_rule")

@@ -80,12 +80,21 @@ async def question_cache_get(run_id: int) -> dict[str, Any] | None:
     return json.loads(raw) if raw else None
 
 
+# Deletes the cached question only while it is the one named: in one step, so a newer
+# question cached between a look and a delete is never dropped.
+_CACHE_CLEAR_LUA = """
+local cached = redis.call('GET', KEYS[1])
+if cached and cjson.decode(cached)['question_id'] == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
 async def question_cache_clear(run_id: int, question_id: str) -> None:
     """Drop the cached question if it is still this one."""
     client = get_async_redis()
-    cached = await question_cache_get(run_id)
-    if cached and cached.get("question_id") == question_id:
-        await client.delete(question_cache_key(run_id))
+    await client.register_script(_CACHE_CLEAR_LUA)(keys=[question_cache_key(run_id)], args=[question_id])
 
 
 async def question_mark_shown(run_id: int, question_id: str, *, ttl: int) -> bool:

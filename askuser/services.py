@@ -8,7 +8,7 @@ or the SDK engine's callback) through a Redis list that is popped once.
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -149,12 +149,13 @@ async def question_push_if_unshown(*, run_id: int) -> bool:
 def resume_if_idle(run_id: int) -> None:
     """Claude works again once nothing of this run waits for a person (no question and no
     permission request pending), unless the run ended meanwhile."""
-    if Question.objects.filter(run_id=run_id).pending().exists():
-        return
-    if PermissionRequest.objects.filter(run_id=run_id).pending().exists():
-        return
-    with contextlib.suppress(run_state.IllegalTransition):
-        run_state.run_resume(run_id)
+    run_state.run_resume_unless(
+        run_id,
+        waiting=[
+            Question.objects.filter(run_id=run_id).pending(),
+            PermissionRequest.objects.filter(run_id=run_id).pending(),
+        ],
+    )
 
 
 def _expire(question_id: str, status: str) -> Question | None:
@@ -222,23 +223,28 @@ def _check_open(question: Question) -> None:
         raise Gone(MSG_EXPIRED, code="expired")
 
 
-def _record_answer(question_id: str, user: Any, form: FormAnswer) -> Question:
+def _record_answer(question: Question, user: Any, form: FormAnswer) -> Question:
+    """The first answer wins: ``question`` (as loaded, still pending) is updated only if
+    it still is, and returned as stored."""
+    now = timezone.now()
+    fields = {
+        "status": QuestionStatus.ANSWERED,
+        "answers": form.display,
+        "answer_items": [item.model_dump() for item in form.items],
+        "notes": form.notes,
+        "answered_by": user,
+        "answered_at": now,
+    }
     with transaction.atomic():
         updated = Question.objects.filter(
-            question_id=question_id, status=QuestionStatus.PENDING, expires_at__gt=timezone.now()
-        ).update(
-            status=QuestionStatus.ANSWERED,
-            answers=form.display,
-            answer_items=[item.model_dump() for item in form.items],
-            notes=form.notes,
-            answered_by=user,
-            answered_at=timezone.now(),
-        )
-        question = Question.objects.get(question_id=question_id)
+            pk=question.pk, status=QuestionStatus.PENDING, expires_at__gt=now
+        ).update(**fields)
         if not updated:
-            _check_open(question)  # raises 409 or 410: somebody else got there first
+            _check_open(Question.objects.get(pk=question.pk))  # 409 or 410: somebody else got there first
             raise Conflict(MSG_ALREADY_ANSWERED, code="already_answered")
         resume_if_idle(question.run_id)
+    for name, value in fields.items():
+        setattr(question, name, value)
     return question
 
 
@@ -247,7 +253,7 @@ def _prepare_answer(question_id: str, user: Any, body: AnswerIn) -> tuple[Questi
     _check_open(question)
     # The worker of the question's run died and no sweep has failed the run yet: nobody
     # would read this answer. The run fails now, and the answer is refused, not lost.
-    if run_state.run_fail_if_orphaned(question.run_id):
+    if run_state.run_fail_if_orphaned(question.run):
         raise Gone(MSG_RUN_FINISHED, code="run_finished")
     try:
         form = normalize_answers(question.questions, body)
@@ -257,8 +263,8 @@ def _prepare_answer(question_id: str, user: Any, body: AnswerIn) -> tuple[Questi
 
 
 def _submit(question_id: str, user: Any, body: AnswerIn) -> tuple[Question, FormAnswer]:
-    _question, form = _prepare_answer(question_id, user, body)
-    return _record_answer(question_id, user, form), form
+    question, form = _prepare_answer(question_id, user, body)
+    return _record_answer(question, user, form), form
 
 
 async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[str, Any]:
@@ -279,10 +285,13 @@ async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[
         "answered_by": getattr(user, "username", ""),
         "answered_at": (question.answered_at or timezone.now()).isoformat(),
     }
-    await events.append_events(
-        question.run_id, [("ask_user_answered", event), ("run_status", {"status": RunStatus.RUNNING})]
+    # The card's update and the cache's clean-up in one round trip's time.
+    await asyncio.gather(
+        events.append_events(
+            question.run_id, [("ask_user_answered", event), ("run_status", {"status": RunStatus.RUNNING})]
+        ),
+        live.question_cache_clear(question.run_id, question_id),
     )
-    await live.question_cache_clear(question.run_id, question_id)
     return event
 
 

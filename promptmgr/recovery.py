@@ -130,17 +130,14 @@ def recover_run_if_orphaned(run: Run) -> bool:
     return True
 
 
-def run_recover_if_orphaned(run_id: int) -> bool:
+def run_recover_if_orphaned(run: Run) -> bool:
     """Fail the run now if its owner is gone (an answer to one of its questions came in)."""
-    run = Run.objects.filter(pk=run_id).first()
-    if run is None:
-        return False
     try:
         recovered = recover_run_if_orphaned(run)
     except redis.RedisError:
         return False  # the sweep will see to it once Redis is back
     if recovered:
-        logger.warning("marked orphaned run %s as failed", run_id)
+        logger.warning("marked orphaned run %s as failed", run.pk)
         _remove_leftovers()
     return recovered
 

@@ -10,11 +10,12 @@ askuser reaches run state only through this module (``run_wait_for_user``, ``run
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import Exists, QuerySet
 from django.utils import timezone
 
 from promptmgr.models import ACTIVE_RUN_STATUSES, Run, RunStatus
@@ -75,6 +76,18 @@ def run_resume(run_id: int) -> bool:
     return _move(run_id, RunStatus.RUNNING, sources=[RunStatus.WAITING_FOR_USER])
 
 
+def run_resume_unless(run_id: int, *, waiting: Iterable[QuerySet[Any]]) -> bool:
+    """Claude works again, unless one of ``waiting`` (the run's pending questions and
+    permission requests) still holds a row; True when it resumed.
+
+    One statement: nothing shown between a look and the move can be missed, and a run no
+    longer waiting (it resumed already, or ended) is left as it is."""
+    query = Run.objects.filter(pk=run_id, status=RunStatus.WAITING_FOR_USER)
+    for rows in waiting:
+        query = query.exclude(Exists(rows))
+    return bool(query.update(status=RunStatus.RUNNING))
+
+
 @dataclass
 class Outcome:
     """How a run ended, as the supervisor (or the sweep) records it."""
@@ -86,12 +99,13 @@ class Outcome:
     result: dict[str, Any] | None = None
 
 
-def run_fail_if_orphaned(run_id: int) -> bool:
+def run_fail_if_orphaned(run: Run) -> bool:
     """Fail the run now if the worker that owns it is gone (``promptmgr.recovery``);
-    True when it did. For askuser, which must not act for a dead run."""
+    True when it did. For askuser, which must not act for a dead run; it passes the run it
+    loaded with the question, so the check costs no query of its own."""
     from promptmgr.recovery import run_recover_if_orphaned
 
-    return run_recover_if_orphaned(run_id)
+    return run_recover_if_orphaned(run)
 
 
 def run_finish(run_id: int, outcome: Outcome, *, expected: str | None = None) -> bool:
