@@ -17,7 +17,9 @@ Figures, each beside its target:
    warm-up's long replies started has ended (``markdown.RENDER_IDLE_SECONDS`` without one).
 2. *One run at a real pace*: ``--rate`` deltas a second, one SSE client; the server's CPU
    time (utime + stime of the app's processes, ``/proc/PID/stat``) per delta delivered,
-   over the run's streaming window.
+   over the run's streaming window. Beside it, the machine's floor at that pace: the CPU
+   per line of a bare uvloop relay, pipe to socket (``bench/relay_floor.py``); no server
+   that sends each delta as it comes spends less.
 3. *Load*, with one worker and then two (uvicorn ``--workers 2``: two processes sharing
    Redis and the database): ``--watchers`` idle SSE clients spread over ``--quiet-runs``
    live runs that print nothing (runs waiting on their user), and ``--runs`` runs streaming
@@ -51,7 +53,7 @@ from pathlib import Path
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import app_client, harness  # noqa: E402
+from bench import app_client, harness, relay_floor  # noqa: E402
 from bench.report import fmt, percentile, table, verdict  # noqa: E402
 from bench.stream_passes import sched_ns  # noqa: E402
 from promptmgr.markdown import RENDER_IDLE_SECONDS  # noqa: E402
@@ -394,9 +396,12 @@ async def single_run(stack: harness.Stack, client: object, ep: Endpoint, args: a
     while not stream.latencies and not reader.done():
         await asyncio.sleep(0.005)
     first, counted = CpuMark.now(stack.app_pid), len(stream.latencies)
+    profilers = start_profilers(stack.app_pid, args, "single", args.single_seconds - 1)
     while len(stream.latencies) < deltas and not reader.done():
         await asyncio.sleep(0.005)
     last = CpuMark.now(stack.app_pid)
+    for profiler in profilers:
+        profiler.wait()
     window = len(stream.latencies) - counted
     await asyncio.wait_for(reader, timeout=START_TIMEOUT)
     return Single(
@@ -445,7 +450,7 @@ async def load(
     stop_probe = asyncio.Event()
     lag: list[float] = []
     prober = asyncio.create_task(probe(stack.app_port, stop_probe, lag))
-    profilers = start_profilers(root, args, workers)
+    profilers = start_profilers(root, args, f"{workers}w", args.window)
     worker_pids = [pid for pid, kind in app_processes(root).items() if kind == "uvicorn worker"]
     runq_before = sum(sched_ns(pid)[1] for pid in worker_pids)
     first, counts, client_cpu = CpuMark.now(root), [len(s.latencies) for s in streams], own_cpu_s()
@@ -493,16 +498,18 @@ async def load(
     )
 
 
-def start_profilers(root: int, args: argparse.Namespace, workers: int) -> list[subprocess.Popen[bytes]]:
-    """``--profile PREFIX``: py-spy samples each worker over the window (collapsed stacks,
-    ``PREFIX-<workers>w-<pid>.txt``, for flame graphs or ``sort | uniq``)."""
+def start_profilers(
+    root: int, args: argparse.Namespace, label: str, seconds: float
+) -> list[subprocess.Popen[bytes]]:
+    """``--profile PREFIX``: py-spy samples each worker for ``seconds`` (collapsed stacks,
+    ``PREFIX-<label>-<pid>.txt``, for flame graphs or ``sort | uniq``)."""
     if not args.profile:
         return []
     py_spy = Path(harness.PYTHON).with_name("py-spy")
     procs = []
     for pid in (p for p, kind in app_processes(root).items() if kind == "uvicorn worker"):
-        out = f"{args.profile}-{workers}w-{pid}.txt"
-        argv = [str(py_spy), "record", "--pid", str(pid), "--duration", str(int(args.window))]
+        out = f"{args.profile}-{label}-{pid}.txt"
+        argv = [str(py_spy), "record", "--pid", str(pid), "--duration", str(max(1, int(seconds)))]
         argv += ["--rate", "250", "--format", "raw", "--gil", "--nonblocking", "--output", out]
         argv += ["--native"] if args.profile_native else []
         procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
@@ -550,7 +557,7 @@ async def phase(
 # --- Report -----------------------------------------------------------------------------------
 
 
-def report(idle: Idle, single: Single, loads: list[Load], args: argparse.Namespace) -> None:
+def report(idle: Idle, single: Single, loads: list[Load], floor_ms: float, args: argparse.Namespace) -> None:
     print()
     print(
         table(
@@ -660,6 +667,11 @@ def report(idle: Idle, single: Single, loads: list[Load], args: argparse.Namespa
         [
             "  of which the app at rest (per delta, at that pace)",
             f"{fmt(idle.cpu_ms_per_s / args.rate, 3)} ms ({fmt(idle.cpu_ms_per_s, 1)} ms of CPU a second)",
+            "",
+        ],
+        [
+            "  this machine's floor: a bare relay at that pace",
+            f"{fmt(floor_ms, 3)} ms (bench/relay_floor.py)",
             "",
         ],
     ]
@@ -789,7 +801,8 @@ def main() -> None:
     assert idle is not None
     if single is None:
         single = Single(0, float("nan"), float("nan"), [])
-    report(idle, single, loads, args)
+    print("  the machine's floor: a bare relay at the single run's pace …", flush=True)
+    report(idle, single, loads, relay_floor.measure(args.rate), args)
     print(f"\nFinished in {time.monotonic() - started:.0f} s on {harness.machine()}.")
     print("Every process the benchmark started has been stopped.")
 
