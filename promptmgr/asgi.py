@@ -5,12 +5,12 @@ reaped when the server shuts down), static files (uvicorn serves none, and a syn
 middleware such as whitenoise would push every async view into a thread of its own), and,
 when no Anthropic key is set, the offline demo model under ``DEMO_MODEL_PATH``.
 
-Run event streams (SSE) are served by Django without the thread Django gives every
-request: ``ASGIHandler`` runs each request in a ``ThreadSensitiveContext``, whose thread
-(and the database connection it opens) lives as long as the request, which for a stream
-is as long as someone watches. A stream's few synchronous steps (the session and the
-run's visibility at the start, a status check per heartbeat) go to asgiref's one shared
-thread instead.
+Requests borrow a long-lived thread for their synchronous steps
+(``promptmgr.request_threads``), so a thread and its database connection serve one
+request after another. Run event streams (SSE) take none: a request keeps its thread as
+long as it lasts, which for a stream is as long as someone watches. A stream's few
+synchronous steps (the session and the run's visibility at the start, a status check
+per heartbeat) go to asgiref's one shared thread instead.
 """
 
 from __future__ import annotations
