@@ -34,7 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
+import queue
+import time
 from typing import Any
 
 import dramatiq
@@ -42,7 +45,7 @@ import redis
 from django.conf import settings
 from dramatiq.brokers.redis import RedisBroker
 from dramatiq.middleware import Retries
-from dramatiq.worker import WorkerThread
+from dramatiq.worker import WorkerThread, _WorkQueueItem
 
 from core.redis import TrimmedSyncConnectionPool, outage_seen
 
@@ -58,12 +61,16 @@ POLL_MS = 20
 # How long an idle consumer parks on the wake list per look: a sent run wakes it at once.
 WAKE_WAIT_SECONDS = 0.5
 # How long an idle worker thread (a run slot) waits for its next run before it looks
-# whether the worker is stopping. Dramatiq gives its threads the consumer's POLL_MS, and
-# a wake-up 50 times a second in each of RUN_WORKER_CONCURRENCY threads was most of an
-# idle web process's CPU (20 slots: about 40 ms of CPU a second, bench/scale.py). A run
-# reaches a waiting thread at once either way (a queue's put wakes it); only a stop waits
-# up to this long.
-SLOT_WAIT_MS = 500
+# whether the worker is stopping or pausing. Dramatiq gives its threads the consumer's
+# POLL_MS, and a wake-up 50 times a second in each of RUN_WORKER_CONCURRENCY threads was
+# most of an idle web process's CPU (20 slots: about 40 ms of CPU a second, bench/scale.py);
+# at 500 ms, 40 wake-ups a second still cost half of what the process spends at rest
+# (8-10 ms a second against 4 here). A run reaches a waiting thread at once either way (a
+# queue's put wakes it), and so does a stop (``RunWorker.stop`` hands every slot a wake-up);
+# only Dramatiq's pause, which the app does not use, waits this long.
+SLOT_WAIT_MS = 30_000
+# Ahead of every message's priority (an actor's, or a delayed message's eta).
+_FIRST = -(2**62)
 # A wake-up nobody took (no idle worker was parked) is dropped after this.
 WAKE_TTL_SECONDS = 60
 # A worker whose broker heartbeat is this old counts as dead: its runs' messages are
@@ -160,12 +167,32 @@ class WakingRedisBroker(RedisBroker):
         self._parking.clear()
 
 
+class _StopWaiting:
+    """What ``RunWorker.stop`` puts on the work queue so that an idle slot stops waiting:
+    no message, and never sent to a broker."""
+
+
+# Typed as any message: it travels on the work queue where messages do.
+_STOP_WAITING: Any = _StopWaiting()
+
+
+class RunSlot(WorkerThread):
+    """A run slot: Dramatiq's worker thread, for which a ``_STOP_WAITING`` item is no run."""
+
+    def process_message(self, message: Any) -> None:
+        if message is _STOP_WAITING:
+            self.work_queue.task_done()  # its loop then sees that it is stopping
+            return
+        super().process_message(message)
+
+
 class RunWorker(dramatiq.Worker):
-    """Dramatiq's worker whose idle run slots wait ``SLOT_WAIT_MS`` for a run, not ``POLL_MS``."""
+    """Dramatiq's worker whose idle run slots wait ``SLOT_WAIT_MS`` for a run, not
+    ``POLL_MS``, and stop waiting the moment the worker stops."""
 
     def _add_worker(self) -> None:
         # Dramatiq's own _add_worker, with the threads' timeout apart from the consumers'.
-        thread = WorkerThread(
+        thread = RunSlot(
             broker=self.broker,
             consumers=self.consumers,
             work_queue=self.work_queue,
@@ -173,6 +200,28 @@ class RunWorker(dramatiq.Worker):
         )
         thread.start()
         self.workers.append(thread)
+
+    def stop(self, timeout: int = 600_000) -> None:
+        """Dramatiq's stop, with every idle slot woken instead of waiting out its wait.
+
+        Wake-ups go ahead of any run still on the work queue, so no slot starts a run once
+        stopping; what the slots did not take is removed before Dramatiq gives the work
+        queue's runs back to the broker."""
+        for thread in self.workers:
+            thread.stop()
+        for _thread in self.workers:
+            self.work_queue.put(_WorkQueueItem(priority=_FIRST, message=_STOP_WAITING))
+        deadline = time.monotonic() + timeout / 1000
+        for thread in self.workers:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        waiting = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                waiting.append(self.work_queue.get_nowait())
+        for item in waiting:
+            if item.message is not _STOP_WAITING:
+                self.work_queue.put(item)
+        super().stop(timeout)
 
 
 def time_limit() -> float:
