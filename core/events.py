@@ -540,6 +540,38 @@ def _collect_what_streams_left(loop: asyncio.AbstractEventLoop) -> None:
         _malloc_trim(0)
 
 
+async def tails_delivered(run_ids: list[int], *, timeout: float) -> None:
+    """Wait, at most ``timeout``, until this loop's tails of these runs have handed every
+    event written so far to the clients waiting on them, and those have taken it.
+
+    For a worker's shutdown: it tells every open stream to reconnect next, and a stream of
+    a run that ended here should end with the run's own closing events (its last one was
+    written a moment ago; the shared reader hands it over on its next read)."""
+    loop = asyncio.get_running_loop()
+    tails = [tail for run_id in run_ids if (tail := _tails.get((id(loop), run_id))) is not None]
+    if not tails:
+        return
+    try:
+        pipe = get_async_redis().pipeline(transaction=False)
+        for tail in tails:
+            pipe.get(seq_key(tail.run_id))
+        written = [int(last or 0) for last in await pipe.execute()]
+    except redis.RedisError as exc:
+        outage_seen(exc)
+        return
+    deadline = loop.time() + timeout
+
+    def behind() -> bool:
+        # A waiter handed its batch has not resumed yet while it still counts as waiting.
+        return any(
+            not tail.stopped and (tail.last_id < last or tail.waiters)
+            for tail, last in zip(tails, written, strict=True)
+        )
+
+    while behind() and loop.time() < deadline:
+        await asyncio.sleep(0.005)
+
+
 def run_tail(run_id: int, after: int) -> RunTail:
     """The run's tail in this event loop, started at ``after`` if none is running."""
     loop = asyncio.get_running_loop()

@@ -31,6 +31,9 @@ logger = logging.getLogger(__name__)
 # How long the drain gives the runs to stop (each reaps its processes within
 # processes.KILL_GRACE), so the whole shutdown stays within about 5 seconds.
 DRAIN_RUNS_TIMEOUT = 4.0
+# At most this long, the streams of the runs the drain stopped get to hand their clients
+# the closing events before every open stream is told to reconnect.
+CLOSING_EVENTS_GRACE = 0.5
 
 
 class Drain:
@@ -88,14 +91,17 @@ def begin_drain() -> None:
 
 
 async def _run_drain(drain: Drain) -> None:
+    from core import events
     from promptmgr import run_queue
     from promptmgr.runner import shutdown_all
 
     logger.info("shutting down: stopping this worker's runs, then its open streams")
     # Runs the queue delivers from now on go back to it, for another worker.
     run_queue.begin_drain()
-    # Their streams end with the runs' closing events meanwhile.
-    await shutdown_all(timeout=DRAIN_RUNS_TIMEOUT)
+    stopped = await shutdown_all(timeout=DRAIN_RUNS_TIMEOUT)
+    # Their streams here end with the runs' closing events: the last of them was written
+    # a moment ago, and the shared reader hands it over on its next read.
+    await events.tails_delivered(stopped, timeout=CLOSING_EVENTS_GRACE)
     drain.closing_streams = True
     for task in list(drain.waiting):
         task.cancel()

@@ -520,11 +520,14 @@ def active_tasks() -> dict[int, asyncio.Task[None]]:
     return dict(_tasks)
 
 
-async def shutdown_all(timeout: float = 20.0) -> None:
-    """Server shutdown: stop every run this worker owns and wait for their clean-up."""
+async def shutdown_all(timeout: float = 20.0) -> list[int]:
+    """Server shutdown: stop every run this worker owns and wait for their clean-up;
+    returns the ids of the runs it stopped."""
+    stopped = list(_tasks)
     tasks = list(_tasks.values())
     for task in tasks:
         task.cancel()
     if tasks:
         await asyncio.wait(tasks, timeout=timeout)
     markdown.stop_renderer()
+    return stopped

@@ -45,3 +45,42 @@ async def test_a_tail_started_behind_the_stream_gets_only_newer_events() -> None
     await events.append_events(703, [("c", {})])
     assert [(e.id, e.event) for e in await waiting] == [(3, "c")]
     tail.close()
+
+
+async def test_a_shutdown_waits_until_the_closing_events_written_have_reached_the_waiting_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The shared reader pauses between reads that come back at once (a busy moment); the
+    # closing events land in such a pause.
+    monkeypatch.setattr(events._TailHub, "READ_INTERVAL", 0.5)
+    await events.append_events(703, [("text_delta", {"text": "hi"})])
+    tail = events.run_tail(703, 0)
+    received: list[str] = []
+
+    async def stream() -> None:
+        after = 0
+        while "done" not in received:
+            batch = await tail.wait(after, 5)
+            received.extend(event.event for event in batch)
+            after = batch[-1].id if batch else after
+
+    watching = asyncio.create_task(stream())
+    while not received:  # the reader's first read came back at once: it pauses now
+        await asyncio.sleep(0.01)
+    await events.append_events(703, [("run_status", {"status": "cancelled"}), ("done", {})])
+
+    # The worker's drain, right after the run wrote its last events: the stream must have
+    # them before it is told to reconnect.
+    await events.tails_delivered([703], timeout=5)
+
+    assert received == ["text_delta", "run_status", "done"]
+    await watching
+    tail.close()
+
+
+async def test_waiting_for_runs_without_a_tail_here_returns_at_once() -> None:
+    started = time.monotonic()
+
+    await events.tails_delivered([704], timeout=5)
+
+    assert time.monotonic() - started < 1
