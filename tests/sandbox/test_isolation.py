@@ -10,6 +10,7 @@ on all of it. What the scripted model received is read back from its request log
 from __future__ import annotations
 
 import json
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -85,6 +86,13 @@ class Approver:
         self._thread.join(timeout=240)
 
 
+def files_named(root: Path, name: str) -> list[Path]:
+    """The files called ``name`` under ``root``. A walk, not ``rglob``: the running CLI
+    makes and removes lock directories in its home meanwhile, and ``rglob`` raised for
+    one that vanished under it, where the walk passes over it."""
+    return [Path(folder) / name for folder, _dirs, files in os.walk(root) if name in files]
+
+
 @pytest.fixture
 def alices_waiting_run(app_server: LiveServer, alice: Any) -> Iterator[dict[str, Any]]:
     """Alice's project with a canary in its context, and her run waiting for an answer."""
@@ -95,7 +103,9 @@ def alices_waiting_run(app_server: LiveServer, alice: Any) -> Iterator[dict[str,
     next_question(client, started["events_url"])
     [(config, token)] = relay_configs().items()
     context_files = [
-        path for path in Path(settings.STORAGE_ROOT).rglob("CLAUDE.local.md") if canary in path.read_text()
+        path
+        for path in files_named(Path(settings.STORAGE_ROOT), "CLAUDE.local.md")
+        if canary in path.read_text()
     ]
     assert context_files, "the project context is in the workspace"
     yield {"canary": canary, "context": context_files[0], "config": config, "token": token}
