@@ -9,6 +9,7 @@ or the SDK engine's callback) through a Redis list that is popped once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -146,16 +147,18 @@ async def question_push_if_unshown(*, run_id: int) -> bool:
 # --- Expiry and closing -----------------------------------------------------------------
 
 
-def resume_if_idle(run_id: int) -> None:
+def resume_if_idle(run_id: int) -> bool:
     """Claude works again once nothing of this run waits for a person (no question and no
-    permission request pending), unless the run ended meanwhile."""
-    run_state.run_resume_unless(
-        run_id,
-        waiting=[
-            Question.objects.filter(run_id=run_id).pending(),
-            PermissionRequest.objects.filter(run_id=run_id).pending(),
-        ],
-    )
+    permission request pending), unless the run ended meanwhile; True when it resumed."""
+    with contextlib.suppress(run_state.IllegalTransition):
+        return run_state.run_resume(
+            run_id,
+            unless=[
+                Question.objects.filter(run_id=run_id).pending(),
+                PermissionRequest.objects.filter(run_id=run_id).pending(),
+            ],
+        )
+    return False
 
 
 def _expire(question_id: str, status: str) -> Question | None:

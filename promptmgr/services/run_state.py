@@ -45,19 +45,33 @@ class IllegalTransition(Exception):
         self.target = target
 
 
-def _move(run_id: int, target: str, *, sources: Collection[str], **fields: Any) -> bool:
-    """Move the run from one of ``sources`` to ``target``; False when it is there already.
+def _move(
+    run_id: int,
+    target: str,
+    *,
+    sources: Collection[str],
+    unless: Iterable[QuerySet[Any]] = (),
+    **fields: Any,
+) -> bool:
+    """Move the run from one of ``sources`` to ``target``, unless a row of ``unless`` exists
+    (checked in the same statement); False when it is there already or held by ``unless``.
 
     Raises IllegalTransition when the run is in a state the move cannot start from.
     """
     for source in sources:
         if target not in TRANSITIONS[source]:
             raise IllegalTransition(run_id, source, target)
-    if Run.objects.filter(pk=run_id, status__in=list(sources)).update(status=target, **fields):
+    holding = list(unless)
+    query = Run.objects.filter(pk=run_id, status__in=list(sources))
+    for rows in holding:
+        query = query.exclude(Exists(rows))
+    if query.update(status=target, **fields):
         return True
     current = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if current == target and target not in TERMINAL_STATUSES:
         return False  # asked twice (a second question while waiting, a resume after a resume)
+    if holding and current in sources:
+        return False  # something of ``unless`` still holds it there
     raise IllegalTransition(run_id, current, target)
 
 
@@ -71,21 +85,12 @@ def run_wait_for_user(run_id: int) -> bool:
     return _move(run_id, RunStatus.WAITING_FOR_USER, sources=[RunStatus.RUNNING])
 
 
-def run_resume(run_id: int) -> bool:
-    """The person answered (or the question expired): Claude works again."""
-    return _move(run_id, RunStatus.RUNNING, sources=[RunStatus.WAITING_FOR_USER])
+def run_resume(run_id: int, *, unless: Iterable[QuerySet[Any]] = ()) -> bool:
+    """The person answered (or the question expired): Claude works again, unless a row of
+    ``unless`` (the run's pending questions and permission requests) is still there.
 
-
-def run_resume_unless(run_id: int, *, waiting: Iterable[QuerySet[Any]]) -> bool:
-    """Claude works again, unless one of ``waiting`` (the run's pending questions and
-    permission requests) still holds a row; True when it resumed.
-
-    One statement: nothing shown between a look and the move can be missed, and a run no
-    longer waiting (it resumed already, or ended) is left as it is."""
-    query = Run.objects.filter(pk=run_id, status=RunStatus.WAITING_FOR_USER)
-    for rows in waiting:
-        query = query.exclude(Exists(rows))
-    return bool(query.update(status=RunStatus.RUNNING))
+    One statement: nothing shown between a look and the move can be missed."""
+    return _move(run_id, RunStatus.RUNNING, sources=[RunStatus.WAITING_FOR_USER], unless=unless)
 
 
 @dataclass

@@ -92,30 +92,3 @@ def test_a_nul_in_stderr_or_the_error_is_kept_as_a_replacement_character(run: Ru
 
 def test_every_status_has_a_row_in_the_table() -> None:
     assert set(run_state.TRANSITIONS) == set(RunStatus.values)
-
-
-def test_a_waiting_run_resumes_once_nothing_of_it_is_pending_and_not_before(alice: Any) -> None:
-    from askuser.models import Question, QuestionSource, QuestionStatus
-
-    run = make_run(owner=alice, status=RunStatus.WAITING_FOR_USER)
-    form = [{"question": "Which?", "header": "", "options": [], "multiSelect": False}]
-    question = Question.objects.create(
-        run=run, source=QuestionSource.MCP, questions=form, expires_at=run.created_at
-    )
-    pending = Question.objects.filter(run_id=run.pk).pending()
-
-    assert run_state.run_resume_unless(run.pk, waiting=[pending]) is False
-    assert _status(run) == RunStatus.WAITING_FOR_USER
-
-    Question.objects.filter(pk=question.pk).update(status=QuestionStatus.ANSWERED)
-
-    assert run_state.run_resume_unless(run.pk, waiting=[pending]) is True
-    assert _status(run) == RunStatus.RUNNING
-
-
-@pytest.mark.parametrize("status", [RunStatus.RUNNING, RunStatus.COMPLETED, RunStatus.CANCELLED])
-def test_resuming_a_run_that_is_not_waiting_leaves_it_as_it_is(alice: Any, status: str) -> None:
-    run = make_run(owner=alice, status=status)
-
-    assert run_state.run_resume_unless(run.pk, waiting=[]) is False
-    assert _status(run) == status
