@@ -34,16 +34,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
-import queue
-import time
 from typing import Any
 
 import dramatiq
 import redis
 from django.conf import settings
 from dramatiq.brokers.redis import RedisBroker
+from dramatiq.common import iter_queue, join_all
 from dramatiq.middleware import Retries
 from dramatiq.worker import WorkerThread, _WorkQueueItem
 
@@ -211,14 +209,9 @@ class RunWorker(dramatiq.Worker):
             thread.stop()
         for _thread in self.workers:
             self.work_queue.put(_WorkQueueItem(priority=_FIRST, message=_STOP_WAITING))
-        deadline = time.monotonic() + timeout / 1000
-        for thread in self.workers:
-            thread.join(max(0.0, deadline - time.monotonic()))
-        waiting = []
-        with contextlib.suppress(queue.Empty):
-            while True:
-                waiting.append(self.work_queue.get_nowait())
-        for item in waiting:
+        join_all(self.workers, timeout)  # type: ignore[no-untyped-call]
+        left = list(iter_queue(self.work_queue))  # type: ignore[no-untyped-call]
+        for item in left:
             if item.message is not _STOP_WAITING:
                 self.work_queue.put(item)
         super().stop(timeout)
