@@ -61,16 +61,13 @@ def _move(
     for source in sources:
         if target not in TRANSITIONS[source]:
             raise IllegalTransition(run_id, source, target)
-    holding = list(unless)
-    query = Run.objects.filter(pk=run_id, status__in=list(sources))
-    for rows in holding:
-        query = query.exclude(Exists(rows))
-    if query.update(status=target, **fields):
+    held = [~Exists(rows) for rows in unless]
+    if Run.objects.filter(*held, pk=run_id, status__in=list(sources)).update(status=target, **fields):
         return True
     current = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if current == target and target not in TERMINAL_STATUSES:
         return False  # asked twice (a second question while waiting, a resume after a resume)
-    if holding and current in sources:
+    if held and current in sources:
         return False  # something of ``unless`` still holds it there
     raise IllegalTransition(run_id, current, target)
 
