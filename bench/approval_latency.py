@@ -37,9 +37,11 @@ after ``--think-ms``, so the waiting side is parked when the decision comes, as 
    on the CLI engine the approve tool's result (``mcp_tee.py``) marks where our relay ends
    and the CLI's own share begins (reading the result, starting the shell, ``date``).
 
-Claude's tools run in the sandbox by default, so (2) then includes bubblewrap setting up
-each command (about 40 ms here); ``CLAUDE_SANDBOX=off`` measures the approval path alone,
-and ``make bench`` runs both.
+Claude's tools run in the sandbox by default, so (2) then includes entering it: in the
+default ``run`` scope each command joins the run's own sandbox (about 6 ms here); with
+``CLAUDE_SANDBOX_SCOPE=command`` Claude Code builds a new one for each command (about
+65 ms); ``CLAUDE_SANDBOX=off`` measures the approval path alone. ``make bench`` runs all
+three.
 
 ``--tap-relay`` also passes the MCP server's calls to the app through ``http_tee.py`` (the
 app's ``INTERNAL_BASE_URL``), which stamps relay-permission reaching the app and the deciding
@@ -105,9 +107,14 @@ class Timeline:
 
 
 def sandbox_state() -> str:
-    """The app's CLAUDE_SANDBOX as this run had it: bubblewrap adds its start-up to (2)."""
+    """The app's sandbox as this run had it: entering it is part of (2)."""
     off = os.environ.get("CLAUDE_SANDBOX", "").strip().lower() in {"0", "false", "no", "off"}
-    return "without the sandbox (CLAUDE_SANDBOX=off)" if off else "in the sandbox (bubblewrap, the default)"
+    if off:
+        return "without the sandbox (CLAUDE_SANDBOX=off)"
+    scope = os.environ.get("CLAUDE_SANDBOX_SCOPE", "").strip().lower() or "run"
+    if scope == "run":
+        return "in the run's own sandbox, which each command enters (CLAUDE_SANDBOX_SCOPE=run, the default)"
+    return "in Claude Code's own sandbox, a new one per command (CLAUDE_SANDBOX_SCOPE=command)"
 
 
 def iso_ns(value: str) -> int:

@@ -8,8 +8,10 @@ Run: ``.venv/bin/python bench/isolation_cost.py`` (about a minute on 2 cores).
    gone, for a tree that obeys SIGTERM and for one that ignores it (SIGKILL follows
    ``guardian.KILL_GRACE`` later).
 3. One ``claude -p`` run of the bundled CLI against the scripted model that runs five
-   read-only Bash commands, with the app's sandbox settings and without them,
-   interleaved: what bubblewrap adds per command (and to the run).
+   read-only Bash commands, without the sandbox, in the run's own sandbox (the ``run``
+   scope, the default) and in Claude Code's sandbox per command (``command``),
+   interleaved: what each adds per command (and to the run). The run scope's figure
+   includes starting its sandbox once per run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -165,23 +168,46 @@ def sandbox_cost(stack: harness.Stack, runs: int) -> list[list[str]]:
         env = child_env(ask_user_config=None, ask_user_timeout=None, tmpdir=tmpdir)
         cli = find_claude_cli()
         plain = build_command(cli=cli, project=project)
-        confined = build_command(
+        per_command = build_command(
             cli=cli, project=project, run_settings=sandbox.settings_argument(workdir=workdir)
         )
         cli_run_ms(plain, env, workdir)  # warm-up: the first run writes the CLI's home
         off: list[float] = []
-        on: list[float] = []
+        in_run: list[float] = []
+        in_command: list[float] = []
         for _ in range(runs):
             off.append(cli_run_ms(plain, env, workdir))
-            on.append(cli_run_ms(confined, env, workdir))
+            in_run.append(run_scope_ms(cli, project, workdir, tmpdir, env))
+            in_command.append(cli_run_ms(per_command, env, workdir))
     finally:
         sandbox.run_tmp_close(tmpdir)
-    per_call = [(b - a) / BASH_CALLS for a, b in zip(off, on, strict=True)]
+
+    def per_call(values: list[float]) -> list[float]:
+        return [(b - a) / BASH_CALLS for a, b in zip(off, values, strict=True)]
+
     return [
         row(f"run with {BASH_CALLS} Bash calls, no sandbox", off),
-        row(f"run with {BASH_CALLS} Bash calls, sandboxed", on),
-        row("sandbox cost per Bash call (paired)", per_call),
+        row(f"run with {BASH_CALLS} Bash calls, run's own sandbox (default)", in_run),
+        row(f"run with {BASH_CALLS} Bash calls, sandbox per command", in_command),
+        row("run's own sandbox: cost per Bash call (paired)", per_call(in_run)),
+        row("sandbox per command: cost per Bash call (paired)", per_call(in_command)),
     ]
+
+
+def run_scope_ms(cli: str, project: Any, workdir: Path, tmpdir: Path, env: dict[str, str]) -> float:
+    """One run in the run scope, timed from starting its sandbox to the CLI's exit."""
+    from promptmgr import sandbox
+    from promptmgr.cli import build_command, child_path
+
+    start = time.monotonic_ns()
+    held = sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=child_path())
+    try:
+        run_settings = json.dumps(sandbox.run_scope_settings(workdir=workdir, shell_prefix=held.prefix))
+        command = build_command(cli=cli, project=project, run_settings=run_settings)
+        started = (time.monotonic_ns() - start) / 1e6
+        return started + cli_run_ms(command, {**env, "CLAUDE_CODE_SHELL_PREFIX": held.prefix}, workdir)
+    finally:
+        held.stop()
 
 
 def main() -> None:

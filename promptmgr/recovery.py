@@ -37,7 +37,7 @@ from askuser import facade as askuser
 from core import events
 from core.redis import get_redis, outage_over, outage_seconds, outage_seen
 
-from . import live, sandbox
+from . import live, run_sandbox, sandbox
 from .event_history import persist_events
 from .models import Run, RunStatus
 from .runner import OWNER_TTL, WORKER_ID, active_tasks
@@ -147,6 +147,7 @@ def _remove_leftovers() -> None:
     askuser.sweep_stale_secrets()
     active = set(Run.objects.active().values_list("pk", flat=True))
     sandbox.sweep_stale_run_tmp(active)
+    run_sandbox.sweep_stale_prefixes()
 
 
 def recover_orphaned_runs() -> list[int]:

@@ -1,7 +1,13 @@
-"""Claude's tools in Claude Code's own sandbox, confined to the run's working directory.
+"""Claude's tools in a sandbox, confined to the run's working directory.
 
-Every run's CLI gets these settings with ``--settings`` (the "flag" layer, above the
-workspace's own settings files, which cannot widen them):
+Two scopes (``CLAUDE_SANDBOX_SCOPE``) share one policy:
+
+- ``run`` (the default): one bubblewrap sandbox per run, started by the app, which every
+  shell command of the run enters (``promptmgr.run_sandbox``, about 6 ms a command);
+- ``command``: Claude Code's own sandbox, a new one for each command (about 65 ms).
+
+Every run's CLI gets settings with ``--settings`` (the "flag" layer, above the
+workspace's own settings files, which cannot widen them). In the ``command`` scope:
 
 - ``sandbox``: Bash, and everything it starts, runs under bubblewrap. It reads what is
   not denied, so whole regions are denied (``/tmp``, the server's home, the app's code,
@@ -18,6 +24,9 @@ workspace's own settings files, which cannot widen them):
   directory, in every permission mode, bypass included; deny rules name the private
   places once more (the run secrets, the database, the CLI's home with every transcript,
   ``/proc``), so they stay refused even if that setting were lifted.
+
+In the ``run`` scope the CLI's own sandbox is off and ``env`` sets the shell prefix that
+puts each command into the run's sandbox; the ``permissions`` are the same.
 
 Bash still asks (``autoAllowBashIfSandboxed`` is off): an approval keeps its meaning, and
 the sandbox bounds what an approved command can reach. ``CLAUDE_SANDBOX=off`` is the
@@ -37,15 +46,18 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
+from . import run_sandbox
+from .run_sandbox import RunSandbox, RunSandboxError
+
 MSG_UNAVAILABLE = (
     "Claude's tools run in a sandbox (bubblewrap), which cannot start on this server: {reason}. "
-    "Install bubblewrap and socat (scripts/ensure-bubblewrap.sh does), or set CLAUDE_SANDBOX=off "
+    "Install bubblewrap, socat and util-linux (scripts/ensure-bubblewrap.sh does), or set CLAUDE_SANDBOX=off "
     "to let Claude's tools run unconfined."
 )
 SCRATCH_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
@@ -66,6 +78,11 @@ class SandboxUnavailable(Exception):
 
 def sandbox_enabled() -> bool:
     return bool(settings.CLAUDE_SANDBOX)
+
+
+def sandbox_scope() -> str | None:
+    """``run`` or ``command`` (see the module's docstring); None with the sandbox off."""
+    return str(settings.CLAUDE_SANDBOX_SCOPE) if sandbox_enabled() else None
 
 
 _probe_lock = threading.Lock()
@@ -198,8 +215,28 @@ def file_tool_denials(workdir: Path) -> list[str]:
     return rules
 
 
+def file_tool_permissions(workdir: Path) -> dict[str, Any]:
+    """The file tools' confinement (they run in the CLI, outside any sandbox)."""
+    return {
+        "blockReadsOutsideWorkingDirectories": True,
+        "blockWritesOutsideWorkingDirectories": True,
+        "deny": file_tool_denials(_real(workdir)),
+    }
+
+
+def run_scope_settings(*, workdir: Path, shell_prefix: str) -> dict[str, Any]:
+    """The CLI settings of a run whose commands enter the run's own sandbox through
+    ``shell_prefix``: the CLI's own sandbox off, the prefix pinned in the flag layer."""
+    return {
+        "sandbox": {"enabled": False},
+        "env": {"CLAUDE_CODE_SHELL_PREFIX": shell_prefix},
+        "permissions": file_tool_permissions(workdir),
+    }
+
+
 def run_settings(*, workdir: Path) -> dict[str, Any]:
-    """The CLI settings that confine one run's tools to ``workdir``."""
+    """The CLI settings that confine one run's tools to ``workdir`` in the CLI's own
+    sandbox (the ``command`` scope)."""
     root = _real(workdir)
     return {
         "sandbox": {
@@ -215,19 +252,37 @@ def run_settings(*, workdir: Path) -> dict[str, Any]:
             "network": {"deniedDomains": list(LOOPBACK_HOSTS)},
             "credentials": {"envVars": [{"name": name, "mode": "deny"} for name in HIDDEN_ENV]},
         },
-        "permissions": {
-            "blockReadsOutsideWorkingDirectories": True,
-            "blockWritesOutsideWorkingDirectories": True,
-            "deny": file_tool_denials(root),
-        },
+        "permissions": file_tool_permissions(root),
     }
 
 
 def settings_argument(*, workdir: Path) -> str | None:
-    """The ``--settings`` value for a run in ``workdir``; None with the sandbox switched off."""
+    """The ``--settings`` value for a run in ``workdir`` in the ``command`` scope; None
+    with the sandbox switched off."""
     if not sandbox_enabled():
         return None
     return json.dumps(run_settings(workdir=workdir), separators=(",", ":"))
+
+
+def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
+    """Start the run's own sandbox (the ``run`` scope) with this module's policy:
+    ``denied_regions`` hidden, the private files under /dev/null, the working directory
+    and ``tmpdir`` writable, a worktree's git directories readable."""
+    missing = [tool for tool in run_sandbox.REQUIRED_TOOLS if shutil.which(tool, path=path) is None]
+    if missing:
+        raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=f"{' and '.join(missing)} not installed"))
+    root = _real(workdir)
+    try:
+        return RunSandbox.start(
+            workdir=root,
+            tmpdir=tmpdir,
+            hidden=[region for region in denied_regions() if region.is_dir()],
+            files=[path for path, is_dir in private_places() if not is_dir],
+            readable=git_dirs(root),
+            path=path,
+        )
+    except (OSError, RunSandboxError) as exc:
+        raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None
 
 
 # --- The run's own temporary directory ---------------------------------------------------
@@ -272,22 +327,43 @@ def sweep_stale_run_tmp(active: set[int]) -> int:
 
 @dataclass
 class Confinement:
-    """What confines one run: its ``--settings`` (None with the sandbox off) and its own
-    temporary directory, removed by ``close`` when the run's processes are gone."""
+    """What confines one run: its ``--settings`` (None with the sandbox off), what its CLI's
+    environment adds (``env``), its own temporary directory and, in the ``run`` scope, its
+    sandbox; ``close`` ends them when the run's CLI is gone."""
 
     run_id: int
     settings: str | None
     tmpdir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    sandbox: RunSandbox | None = None
 
     def close(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.stop()
         run_tmp_close(self.tmpdir)
 
 
 def _confine(run_id: int, workdir: Path, path: str) -> Confinement:
-    if sandbox_enabled():
-        check_available(path)
+    scope = sandbox_scope()
+    if scope != "run":
+        if scope is not None:
+            check_available(path)
+        return Confinement(
+            run_id=run_id, settings=settings_argument(workdir=workdir), tmpdir=run_tmp_open(run_id)
+        )
+    tmpdir = run_tmp_open(run_id)
+    try:
+        held = start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=path)
+    except BaseException:
+        run_tmp_close(tmpdir)
+        raise
+    prefix = held.prefix
     return Confinement(
-        run_id=run_id, settings=settings_argument(workdir=workdir), tmpdir=run_tmp_open(run_id)
+        run_id=run_id,
+        settings=json.dumps(run_scope_settings(workdir=workdir, shell_prefix=prefix), separators=(",", ":")),
+        tmpdir=tmpdir,
+        env={"CLAUDE_CODE_SHELL_PREFIX": prefix},
+        sandbox=held,
     )
 
 

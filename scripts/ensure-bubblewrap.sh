@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Make sure Claude Code's sandbox can run: on Linux it needs bubblewrap (bwrap) and socat.
+# Make sure the sandbox can run: bubblewrap (bwrap), util-linux's nsenter and setpriv (the
+# run's own sandbox, the default scope) and socat (Claude Code's sandbox per command).
 # Runs refuse to start without them unless CLAUDE_SANDBOX=off (see README).
 set -euo pipefail
 
@@ -12,6 +13,7 @@ esac
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 command -v socat >/dev/null 2>&1 || missing+=(socat)
+{ command -v nsenter && command -v setpriv; } >/dev/null 2>&1 || missing+=(util-linux)
 if [ "${#missing[@]}" -gt 0 ]; then
     "$here/apt-install.sh" "${missing[@]}"
 fi

@@ -107,10 +107,13 @@ async def start_turn(request: TurnRequest) -> CLITurn:
             run_settings=confinement.settings,
         )
         command += STREAM_JSON_INPUT
-        env = child_env(
-            ask_user_config=relay.config_path if relay is not None else None,
-            ask_user_timeout=project.ask_user_timeout,
-            tmpdir=confinement.tmpdir,
+        env = (
+            child_env(
+                ask_user_config=relay.config_path if relay is not None else None,
+                ask_user_timeout=project.ask_user_timeout,
+                tmpdir=confinement.tmpdir,
+            )
+            | confinement.env
         )
         process = await ManagedProcess.spawn(
             command,

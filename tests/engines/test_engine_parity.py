@@ -168,10 +168,12 @@ def test_a_background_command_finishes_and_wakes_a_second_turn_alike(
     app_server: Any, alice: Any, engine: str
 ) -> None:
     project = make_project(owner=alice, engine=engine)
-    allow_in_workspace(project, "Bash(python3:*)")
+    # Outside Claude Code's own sandbox the CLI asks about inline code (python3 -c) whatever
+    # the rules say, so the command is a module's, which a scoped rule allows.
+    allow_in_workspace(project, "Bash(python3 -m timeit:*)")
     client = login_client(app_server, "alice", "alice-password")
     command = {
-        "command": "python3 -c 'import time; time.sleep(4)'",
+        "command": "python3 -m timeit -n 1 -r 1 -s 'import time' 'time.sleep(4)'",
         "description": "wait",
         "run_in_background": True,
     }

@@ -1,5 +1,7 @@
 """The sandbox contract: what the bundled CLI does with the settings ``promptmgr.sandbox`` gives
-every run (``run_settings``), which the isolation of projects relies on.
+every run, which the isolation of projects relies on, in both scopes where it applies: the
+CLI's own sandbox per command (``command``, ``run_settings``) and the run's own sandbox
+that every command enters (``run``, ``run_scope_settings`` and ``promptmgr.run_sandbox``).
 
 Each test runs the real CLI against the scripted model in ``STORAGE_ROOT/projects/1``, with
 the app's environment and the app's own sandbox settings on the command line (``--settings``),
@@ -13,7 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +29,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from promptmgr import sandbox
+from promptmgr import run_sandbox, sandbox
+from tests.harness import contract_mcp_server as contract
 from tests.harness.test_cli_contract import (
     FILE_RULE_DENIED,
     PROMPT_TOOL,
@@ -34,10 +41,12 @@ from tests.harness.test_cli_contract import (
     succeeded,
     tool_call,
 )
-from tests.helpers import QUOTE
+from tests.helpers import QUOTE, wait_until
 
 pytestmark = pytest.mark.e2e
 
+SCOPES = ["command", "run"]
+SERVER_COMMAND = [sys.executable, contract.__file__]
 PROMPTED = ("--permission-mode", "default", "--permission-prompt-tool", PROMPT_TOOL)
 READ_BLOCKED = (
     "the permissions.blockReadsOutsideWorkingDirectories setting blocks reads outside the working directories"
@@ -63,6 +72,8 @@ class Layout:
     var_file: Path
     scratch_file: Path
     tmpdir: Path
+    scope: str = "command"
+    held: run_sandbox.RunSandbox | None = None
 
     @property
     def root(self) -> Path:
@@ -84,9 +95,15 @@ class Layout:
             )
         }
 
+    def confinement(self) -> dict[str, Any]:
+        """The ``--settings`` the app gives a run in this layout's scope."""
+        if self.held is None:
+            return sandbox.run_settings(workdir=self.root)
+        return sandbox.run_scope_settings(workdir=self.root, shell_prefix=self.held.prefix)
+
     def run(self, *steps: dict[str, Any], args: tuple[str, ...] = PROMPTED, confined: bool = True) -> CliRun:
         if confined:
-            args = (*args, "--settings", json.dumps(sandbox.run_settings(workdir=self.root)))
+            args = (*args, "--settings", json.dumps(self.confinement()))
         return self.workspace.run(*steps, QUOTE, args=args)
 
 
@@ -96,8 +113,17 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-@pytest.fixture
-def layout(model_settings: Any, claude_cli: str, tmp_path: Path) -> Iterator[Layout]:
+@pytest.fixture(params=["command"])
+def layout(
+    request: pytest.FixtureRequest,
+    model_settings: Any,
+    claude_cli: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Layout]:
+    """The layout in the CLI's per-command sandbox; a test that holds in both scopes says
+    so with ``@pytest.mark.parametrize("layout", SCOPES, indirect=True)``."""
+    scope = str(request.param)
     model_settings.VAR_DIR = tmp_path / "var"
     storage = Path(settings.STORAGE_ROOT)
     workspace = Workspace(storage / "projects" / "1", claude_cli)
@@ -107,7 +133,7 @@ def layout(model_settings: Any, claude_cli: str, tmp_path: Path) -> Iterator[Lay
     workspace.env["CLAUDE_CODE_TMPDIR"] = str(tmpdir)
     # A server and a run of its own would set these; a sandboxed command must see neither.
     workspace.env["ASK_USER_CONFIG"] = str(Path(settings.RUN_SECRETS_DIR) / "run-1-aa" / "ask-user.json")
-    yield Layout(
+    layout = Layout(
         workspace=workspace,
         own_file=write(workspace.root / "mine.txt", "own-file-content"),
         other_context=write(storage / "projects" / "2" / "CLAUDE.local.md", "canary-other-project"),
@@ -120,7 +146,19 @@ def layout(model_settings: Any, claude_cli: str, tmp_path: Path) -> Iterator[Lay
         var_file=write(tmp_path / "var" / "state.txt", "canary-var-dir"),
         scratch_file=write(tmp_path / "scratch" / "note.txt", "canary-scratch"),
         tmpdir=tmpdir,
+        scope=scope,
     )
+    if scope == "run":
+        # The contract server is this layout's prompt tool, as the ask-user server is the
+        # app's: the one MCP server the prefix starts outside the sandbox.
+        monkeypatch.setattr(run_sandbox, "trusted_command", lambda: shlex.join(SERVER_COMMAND))
+        layout.held = sandbox.start_run_sandbox(
+            workdir=workspace.root, tmpdir=tmpdir, path=workspace.env["PATH"]
+        )
+        workspace.env["CLAUDE_CODE_SHELL_PREFIX"] = layout.held.prefix
+    yield layout
+    if layout.held is not None:
+        layout.held.stop()
     sandbox.run_tmp_close(tmpdir)
 
 
@@ -134,6 +172,7 @@ def assert_no_canary(layout: Layout, results: list[str]) -> None:
     assert leaked == [], joined
 
 
+@pytest.mark.parametrize("layout", SCOPES, indirect=True)
 def test_a_sandboxed_command_reads_its_working_directory_and_nothing_of_the_denied_regions(
     layout: Layout,
 ) -> None:
@@ -152,6 +191,7 @@ def test_a_sandboxed_command_reads_its_working_directory_and_nothing_of_the_deni
     assert "PromptManager" not in "\n".join(results)
 
 
+@pytest.mark.parametrize("layout", SCOPES, indirect=True)
 def test_a_recursive_grep_of_the_whole_scratch_region_finds_nothing_of_the_others(layout: Layout) -> None:
     # /tmp holds the test's storage, the relay configs and the scratch file; it is denied
     # but for the working directory, where the grep finds its own mention of the word.
@@ -160,6 +200,7 @@ def test_a_recursive_grep_of_the_whole_scratch_region_finds_nothing_of_the_other
     assert result.splitlines() == [str(layout.root / "notes.txt"), "searched"]
 
 
+@pytest.mark.parametrize("layout", SCOPES, indirect=True)
 def test_a_sandboxed_command_writes_only_in_its_working_directory(layout: Layout) -> None:
     outside = layout.other_context.parent / "planted.txt"
     results = texts(layout.run(bash("touch inside.txt"), bash(f"touch {outside}")))
@@ -169,6 +210,7 @@ def test_a_sandboxed_command_writes_only_in_its_working_directory(layout: Layout
     assert not outside.exists()
 
 
+@pytest.mark.parametrize("layout", SCOPES, indirect=True)
 def test_a_sandboxed_command_sees_only_its_own_processes(layout: Layout) -> None:
     me = os.getpid()
     [result] = texts(
@@ -180,6 +222,7 @@ def test_a_sandboxed_command_sees_only_its_own_processes(layout: Layout) -> None
     assert int(count) < 20
 
 
+@pytest.mark.parametrize("layout", SCOPES, indirect=True)
 def test_a_sandboxed_command_gets_neither_the_api_key_nor_ask_user_config(layout: Layout) -> None:
     assert layout.workspace.env["ANTHROPIC_API_KEY"]
     [result] = texts(layout.run(bash("printenv ANTHROPIC_API_KEY ASK_USER_CONFIG; echo end")))
@@ -286,12 +329,14 @@ def test_grep_and_glob_are_no_tools_of_this_cli_so_searches_go_through_the_sandb
     )
 
 
+@pytest.mark.parametrize("layout", SCOPES, indirect=True)
 def test_a_sandboxed_bash_command_is_still_asked_about(layout: Layout) -> None:
     results = texts(layout.run(bash("touch asked.txt")))
     assert layout.workspace.asked_commands() == ["touch asked.txt"]
     assert results == ["(Bash completed with no output)"]
 
 
+@pytest.mark.parametrize("layout", SCOPES, indirect=True)
 def test_the_workspaces_own_settings_cannot_widen_the_sandbox(layout: Layout) -> None:
     layout.workspace.settings_local(
         {
@@ -303,6 +348,8 @@ def test_the_workspaces_own_settings_cannot_widen_the_sandbox(layout: Layout) ->
                 "blockReadsOutsideWorkingDirectories": False,
                 "additionalDirectories": [str(layout.other_context.parent)],
             },
+            # Nor can they take a run's commands out of its sandbox.
+            "env": {"CLAUDE_CODE_SHELL_PREFIX": ""},
         }
     )
     results = texts(
@@ -313,6 +360,7 @@ def test_the_workspaces_own_settings_cannot_widen_the_sandbox(layout: Layout) ->
     assert_no_canary(layout, results)
 
 
+@pytest.mark.parametrize("layout", SCOPES, indirect=True)
 def test_each_run_has_a_temporary_directory_of_its_own(layout: Layout) -> None:
     other = sandbox.run_tmp_open(2)
     try:
@@ -321,8 +369,12 @@ def test_each_run_has_a_temporary_directory_of_its_own(layout: Layout) -> None:
     finally:
         sandbox.run_tmp_close(other)
     own_tmp, error = result.removeprefix("Exit code 1\n").splitlines()
-    # Not the CLI's default, /tmp/claude-<uid>, which every run of this OS user shares.
-    assert own_tmp == f"{layout.tmpdir}/claude-{os.getuid()}"
+    if layout.scope == "command":
+        # Not the CLI's default, /tmp/claude-<uid>, which every run of this OS user shares.
+        assert own_tmp == f"{layout.tmpdir}/claude-{os.getuid()}"
+    else:
+        # No TMPDIR: /tmp itself is the run's own, empty at its start and gone at its end.
+        assert own_tmp == ""
     assert error.endswith("No such file or directory")
 
 
@@ -340,3 +392,89 @@ def test_a_cli_that_cannot_start_its_sandbox_refuses_to_run(layout: Layout, tmp_
     assert run.stderr.strip().startswith(SANDBOX_REQUIRED), run.stderr
     assert "bubblewrap (bwrap) not installed" in run.stderr
     assert [line.get("startup_failure_reason") for line in run.lines] == ["sandbox_required_unavailable"]
+
+
+# --- The run scope's own facts -----------------------------------------------------------
+
+RUN_SCOPE = pytest.mark.parametrize("layout", ["run"], indirect=True)
+
+
+@RUN_SCOPE
+def test_a_runs_commands_share_its_sandbox_and_what_they_leave_running_ends_with_it(layout: Layout) -> None:
+    marker = "2999.25"  # a sleep no other test starts
+    started, seen = texts(
+        layout.run(
+            bash(f"nohup sleep {marker} >/dev/null 2>&1 & echo started"),
+            bash(f"ps -eo args | grep -c '^sleep {marker}'"),
+        )
+    )
+    assert (started, seen) == ("started", "1")
+    assert layout.held is not None
+    assert subprocess.run(["pgrep", "-f", f"sleep {marker}"], check=False).returncode == 0
+    layout.held.stop()
+    assert subprocess.run(["pgrep", "-f", f"sleep {marker}"], check=False).returncode == 1
+
+
+@RUN_SCOPE
+def test_a_command_has_no_capabilities_and_cannot_lift_what_hides_the_host(layout: Layout) -> None:
+    results = texts(
+        layout.run(
+            bash("grep -E '^Cap(Prm|Eff|Bnd|Amb)' /proc/self/status"),
+            bash(
+                f"umount -l /tmp; umount -l {layout.var_file.parent}; cat {layout.scratch_file} {layout.var_file}"
+            ),
+            bash("ls -A /run /var/run | grep -v ':$' | grep -c . ; echo listed"),
+        )
+    )
+    capabilities, unmounted, sockets = results
+    assert [line.split()[1] for line in capabilities.splitlines()] == ["0000000000000000"] * 4
+    assert "must be superuser" in unmounted or "Operation not permitted" in unmounted, unmounted
+    assert_no_canary(layout, results)
+    # Local servers' sockets (PostgreSQL's, a container runtime's) are out of sight.
+    assert sockets.splitlines()[-2:] == ["0", "listed"], sockets
+
+
+@RUN_SCOPE
+def test_a_workspaces_own_mcp_server_starts_inside_the_sandbox(layout: Layout) -> None:
+    leak = layout.root / "leak.txt"
+    probe = f"cat {layout.scratch_file} {layout.other_context} > {leak} 2>&1; printenv ANTHROPIC_API_KEY >> {leak}"
+    mcp = json.loads((layout.root / ".mcp.json").read_text())
+    mcp["mcpServers"]["probe"] = {"type": "stdio", "command": "/bin/sh", "args": ["-c", probe]}
+    (layout.root / ".mcp.json").write_text(json.dumps(mcp))
+    # The prompt tool (the trusted server, outside) still decides this command.
+    assert texts(layout.run(bash("touch decided.txt"))) == ["(Bash completed with no output)"]
+    assert layout.workspace.asked_commands() == ["touch decided.txt"]
+    written = leak.read_text()
+    assert "No such file or directory" in written, written
+    assert_no_canary(layout, [written])
+    assert layout.workspace.env["ANTHROPIC_API_KEY"] not in written
+
+
+@RUN_SCOPE
+def test_a_command_of_a_run_whose_sandbox_ended_does_not_run(layout: Layout) -> None:
+    assert layout.held is not None
+    settings_text = json.dumps(layout.confinement())
+    pid = layout.held.pid
+    # The sandbox dies under a live run (its first process killed); its prefix stays.
+    signal.pidfd_send_signal(layout.held.handle, signal.SIGKILL)
+    wait_until(lambda: not Path(f"/proc/{pid}/ns/mnt").exists(), timeout=5, what="the sandbox to end")
+    run = layout.workspace.run(bash("touch ran.txt"), QUOTE, args=(*PROMPTED, "--settings", settings_text))
+    [result] = texts(run)
+    assert run_sandbox.MSG_ENDED in result, result
+    assert not (layout.root / "ran.txt").exists()
+
+
+@RUN_SCOPE
+def test_outside_claude_codes_own_sandbox_inline_code_is_asked_about_whatever_the_rules(
+    layout: Layout,
+) -> None:
+    # The CLI does not know of the run's sandbox, so it treats commands as unconfined: rules
+    # that would allow inline interpreter code are not applied (it asks), scoped ones are.
+    layout.workspace.settings_local(
+        {"permissions": {"allow": ["Bash(python3:*)", "Bash(python3 -m timeit:*)"]}}
+    )
+    inline, module = texts(
+        layout.run(bash("python3 -c 'print(6 * 7)'"), bash("python3 -m timeit -n 1 -r 1 'pass'"))
+    )
+    assert inline == "42" and "1 loop" in module, (inline, module)
+    assert layout.workspace.asked_commands() == ["python3 -c 'print(6 * 7)'"]

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from promptmgr import sandbox
+from promptmgr import run_sandbox, sandbox
+from promptmgr.cli import child_path
 
 pytestmark = pytest.mark.unit
 
@@ -130,3 +131,39 @@ def test_each_run_gets_a_short_private_temporary_directory_and_stale_ones_are_sw
     finally:
         sandbox.run_tmp_close(first)
         sandbox.run_tmp_close(second)
+
+
+def test_a_run_sandboxs_prefix_goes_with_it_and_an_ended_ones_is_swept(workdir: Path) -> None:
+    tmpdir = sandbox.run_tmp_open(7)
+    held = sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=child_path())
+    stale = run_sandbox.prefix_dir() / "run-1-1"  # no process 1 has mount namespace 1
+    try:
+        stale.write_text("#!/bin/sh\n")
+        assert held.prefix_path.exists()
+        assert run_sandbox.sweep_stale_prefixes() >= 1
+        assert held.prefix_path.exists() and not stale.exists()
+    finally:
+        held.stop()
+        sandbox.run_tmp_close(tmpdir)
+    assert not held.prefix_path.exists()
+    assert not Path(f"/proc/{held.pid}/ns/mnt").exists()
+
+
+def test_in_the_run_scope_the_clis_sandbox_is_off_and_the_prefix_is_pinned_in_the_flag_layer(
+    workdir: Path,
+) -> None:
+    confinement = sandbox._confine(8, workdir, child_path())
+    try:
+        assert confinement.sandbox is not None
+        prefix = str(confinement.sandbox.prefix_path)
+        assert confinement.env == {"CLAUDE_CODE_SHELL_PREFIX": prefix}
+        assert confinement.settings is not None
+        assert json.loads(confinement.settings) == {
+            "sandbox": {"enabled": False},
+            "env": {"CLAUDE_CODE_SHELL_PREFIX": prefix},
+            "permissions": sandbox.file_tool_permissions(workdir),
+        }
+    finally:
+        confinement.close()
+    assert not confinement.tmpdir.exists()
+    assert not Path(prefix).exists()

@@ -1,0 +1,336 @@
+"""One bubblewrap sandbox per run, which every shell command of the run enters.
+
+Claude Code's own sandbox (``sandbox`` in its settings, the ``command`` scope) builds a new
+bubblewrap sandbox for every Bash command: it searches the working directory for files to
+mask, assembles some 300 arguments, starts bubblewrap and two socat proxies, and waits for
+them. That costs about 65 ms before each approved command starts (``bench/approval_latency.py``),
+three times the time budget of the whole decision -> tool path.
+
+In the ``run`` scope (the default, ``CLAUDE_SANDBOX_SCOPE``) the app starts one sandbox when
+the run starts (``RunSandbox.start``), a long-lived ``sleep`` under bubblewrap with the same
+policy, and the CLI runs each shell command through ``CLAUDE_CODE_SHELL_PREFIX``: a small
+shell script of the run's own (``write_prefix``) that joins the sandbox's namespaces with ``nsenter``, drops
+every capability with ``setpriv`` and runs the command there, about 6 ms. The policy:
+
+- the host's root read-only; ``/tmp``, ``/var/tmp``, ``/dev/shm`` private to the run (empty
+  and writable, gone with the run); the server's home, the app's code, ``VAR_DIR``,
+  ``STORAGE_ROOT``, the app's virtualenv, ``/run`` (where local servers keep their sockets)
+  and the private places (``sandbox.private_places``) hidden under empty read-only
+  directories (a file: under ``/dev/null``);
+- the run's working directory and its own temporary directory bound back writable, a
+  worktree's git directories read-only;
+- its own ``/proc`` (the run's commands only), ``/dev``, network (a loopback of its own: no
+  host, no Redis, no app), IPC, UTS and user namespace; no capabilities, ``no_new_privs``;
+- the API key, ``ASK_USER_CONFIG`` and the CLI's messaging socket and token out of every
+  command's environment, and the messaging socket's directory hidden.
+
+The CLI also starts stdio MCP servers and hooks through the prefix. The ask-user server
+must reach the app and its run's secrets, so the one exact command line of it
+(``workspaces.mcp_server_entry``) runs outside; every other program goes in. A Bash
+command never matches it: the CLI wraps each one in its own script.
+
+Each run's prefix is a script of its own under ``VAR_DIR`` (the CLI spawns an MCP server
+with the prefix as its program, so it can take no arguments). It names the sandbox by its
+holder's PID and mount namespace and checks both before entering, so a PID reused after
+the holder ended is never entered. The prefix is set in the CLI's environment and in the
+flag layer of its settings (``env``), which a workspace's own settings cannot override
+(``tests/harness/test_sandbox_contract.py`` pins what this module relies on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shlex
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+# Scratch regions: private to the run and writable (tools expect a writable /tmp).
+SCRATCH_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
+# Where local servers keep their sockets (PostgreSQL's, a container runtime's): a unix
+# socket on a read-only mount still accepts connections, so these are hidden.
+SOCKET_DIRS = (Path("/run"), Path("/var/run"))
+# The CLI's environment variables a command never gets: the API key, the relay config's
+# path, and the CLI's messaging socket with its token (a command could talk to the CLI).
+HIDDEN_ENV = (
+    "ANTHROPIC_API_KEY",
+    "ASK_USER_CONFIG",
+    "CLAUDE_CODE_MESSAGING_TOKEN",
+    "CLAUDE_CODE_MESSAGING_SOCKET",
+)
+# The CLI's messaging sockets, inside the run's temporary directory.
+MESSAGING_DIR = "cc-socks"
+REQUIRED_TOOLS = ("bwrap", "nsenter", "setpriv")
+START_TIMEOUT = 10.0
+MSG_ENDED = "This run's sandbox has ended; the command did not run."
+
+PREFIX_SCRIPT = """#!/bin/sh
+# CLAUDE_CODE_SHELL_PREFIX of one run in its run sandbox; written by promptmgr/run_sandbox.py.
+# The CLI calls it with one argument, the command line (a shell command, an MCP server's).
+if [ "$#" -ne 1 ]; then
+    echo "shell prefix: expected one command line, got $#" >&2
+    exit 126
+fi
+# The ask-user MCP server needs the app and its run's secrets: its one command line runs outside.
+if [ "$1" = {trusted} ]; then
+    exec /bin/sh -c "$1"
+fi
+if [ "$(readlink /proc/{pid}/ns/mnt 2>/dev/null)" != "mnt:[{namespace}]" ]; then
+    echo {ended} >&2
+    exit 126
+fi
+exec env {unset} nsenter --target {pid} --user --mount --net --pid --ipc --uts --cgroup \\
+    --preserve-credentials -- \\
+    setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all --no-new-privs -- \\
+    env -C "$PWD" /bin/bash -c "$1"
+"""
+
+
+class RunSandboxError(Exception):
+    """The run's sandbox could not start; the message says why."""
+
+
+def _real(path: Path | str) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def trusted_command() -> str:
+    """The ask-user MCP server's command line as the CLI hands it to the prefix."""
+    from .workspaces import mcp_server_entry
+
+    entry = mcp_server_entry()
+    return " ".join(shlex.quote(part) for part in [entry["command"], *entry["args"]])
+
+
+def prefix_script(*, pid: int, mount_namespace: int) -> str:
+    return PREFIX_SCRIPT.format(
+        trusted=shlex.quote(trusted_command()),
+        pid=pid,
+        namespace=mount_namespace,
+        ended=shlex.quote(MSG_ENDED),
+        unset=" ".join(f"-u {name}" for name in HIDDEN_ENV),
+    )
+
+
+def prefix_dir() -> Path:
+    """Where the runs' prefix scripts live: under ``VAR_DIR``, which no sandboxed command
+    can read or write."""
+    return _real(settings.VAR_DIR) / "sandbox"
+
+
+def write_prefix(*, pid: int, mount_namespace: int) -> Path:
+    """The run's prefix script, the sandbox named in it. The CLI runs a prefix as a program
+    with no arguments of its own (an MCP server's command is spawned with the prefix as
+    its executable), so each run gets a script of its own."""
+    directory = prefix_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"run-{pid}-{mount_namespace}"
+    if " -" in str(path):
+        # The CLI splits a Bash command's prefix at its last " -" to tell program from flags.
+        raise RunSandboxError(f"the sandbox's shell prefix cannot live at {path}: ' -' in its path")
+    fd, staged = tempfile.mkstemp(dir=directory, prefix=".staged-")
+    with os.fdopen(fd, "w") as file:
+        file.write(prefix_script(pid=pid, mount_namespace=mount_namespace))
+    os.chmod(staged, 0o700)
+    os.replace(staged, path)
+    return path
+
+
+def sweep_stale_prefixes() -> int:
+    """Remove the prefix scripts of sandboxes that have ended (a crashed worker's runs)."""
+    removed = 0
+    directory = prefix_dir()
+    for entry in directory.glob("run-*-*") if directory.is_dir() else ():
+        _run, pid, namespace = entry.name.split("-", 2)
+        try:
+            alive = os.stat(f"/proc/{pid}/ns/mnt").st_ino == int(namespace)
+        except (OSError, ValueError):
+            alive = False
+        if not alive:
+            entry.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _inside_any(path: Path, regions: list[Path]) -> bool:
+    return any(path == region or region in path.parents for region in regions)
+
+
+def mount_arguments(
+    *, workdir: Path, tmpdir: Path, hidden: list[Path], files: list[Path], readable: list[Path]
+) -> list[str]:
+    """bubblewrap's mounts: the host read-only, ``hidden`` directories empty (scratch ones
+    writable, the rest read-only), ``files`` under /dev/null, ``readable`` bound back
+    read-only and ``workdir`` and ``tmpdir`` writable."""
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    covered: list[Path] = []
+    # Parents first; a region inside one already hidden needs nothing of its own.
+    for region in sorted({_real(path) for path in hidden}, key=lambda p: len(p.parts)):
+        if region == Path("/") or _inside_any(region, covered) or not region.is_dir():
+            continue
+        covered.append(region)
+        args += ["--tmpfs", str(region)]
+    for file in files:
+        if file.exists() and not _inside_any(file, covered):
+            args += ["--ro-bind", "/dev/null", str(file)]
+    for path in readable:
+        if path.exists():
+            args += ["--ro-bind", str(path), str(path)]
+    args += ["--bind", str(workdir), str(workdir), "--bind", str(tmpdir), str(tmpdir)]
+    messaging = tmpdir / MESSAGING_DIR
+    messaging.mkdir(mode=0o700, exist_ok=True)
+    args += ["--tmpfs", str(messaging), "--remount-ro", str(messaging)]
+    scratch = {_real(path) for path in SCRATCH_DIRS}
+    for region in covered:
+        if region not in scratch:
+            args += ["--remount-ro", str(region)]
+    return args
+
+
+@dataclass
+class RunSandbox:
+    """A run's sandbox: bubblewrap holding a ``sleep`` whose namespaces commands enter."""
+
+    process: subprocess.Popen[bytes]
+    pid: int
+    mount_namespace: int
+    prefix_path: Path
+    # A pidfd of the sandbox's first process (no PID reuse can redirect the kill).
+    handle: int = -1
+
+    @property
+    def prefix(self) -> str:
+        """``CLAUDE_CODE_SHELL_PREFIX`` for the run's CLI."""
+        return str(self.prefix_path)
+
+    @classmethod
+    def start(
+        cls,
+        *,
+        workdir: Path,
+        tmpdir: Path,
+        hidden: list[Path],
+        files: list[Path],
+        readable: list[Path],
+        path: str,
+    ) -> RunSandbox:
+        bwrap = shutil.which("bwrap", path=path)
+        if bwrap is None:
+            raise RunSandboxError("bwrap not installed")
+        mounts = mount_arguments(
+            workdir=_real(workdir),
+            tmpdir=_real(tmpdir),
+            hidden=[*hidden, *SCRATCH_DIRS, *SOCKET_DIRS],
+            files=files,
+            readable=readable,
+        )
+        read_end, write_end = os.pipe()
+        try:
+            process = subprocess.Popen(
+                [
+                    bwrap,
+                    *mounts,
+                    "--unshare-all",
+                    "--die-with-parent",
+                    "--new-session",
+                    "--cap-drop",
+                    "ALL",
+                    "--chdir",
+                    "/",
+                    "--info-fd",
+                    str(write_end),
+                    "--",
+                    "sleep",
+                    "infinity",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                pass_fds=(write_end,),
+                env={"PATH": path},
+                start_new_session=True,
+            )
+        finally:
+            os.close(write_end)
+        try:
+            info = _read_info(read_end, process)
+        finally:
+            os.close(read_end)
+        pid, namespace = int(info["child-pid"]), int(info["mnt-namespace"])
+        try:
+            handle = _open_first_process(pid, namespace)
+            prefix = write_prefix(pid=pid, mount_namespace=namespace)
+        except BaseException:
+            _kill(process)
+            raise
+        return cls(process=process, pid=pid, mount_namespace=namespace, prefix_path=prefix, handle=handle)
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        """End the sandbox and every process in it (the PID namespace goes with its first
+        process, which dies with bubblewrap)."""
+        self.prefix_path.unlink(missing_ok=True)
+        # Killing bubblewrap alone leaves its sandbox running: its first process goes, and
+        # the PID namespace with everything in it goes with that one.
+        if self.handle >= 0:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(self.handle, signal.SIGKILL)
+            os.close(self.handle)
+            self.handle = -1
+        _kill(self.process)
+
+
+def _open_first_process(pid: int, mount_namespace: int) -> int:
+    """A pidfd of the sandbox's first process, checked to be the one in its namespace."""
+    handle = os.pidfd_open(pid)
+    try:
+        if os.stat(f"/proc/{pid}/ns/mnt").st_ino != mount_namespace:
+            raise RunSandboxError("the sandbox's first process ended as it started")
+    except BaseException:
+        os.close(handle)
+        raise
+    return handle
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=5)
+    if process.stderr is not None:
+        process.stderr.close()
+
+
+def _read_info(fd: int, process: subprocess.Popen[bytes]) -> dict[str, int]:
+    """bubblewrap's ``--info-fd`` JSON, written once the sandbox is set up (EOF without it:
+    bubblewrap failed, and its stderr says why)."""
+    deadline = time.monotonic() + START_TIMEOUT
+    data = b""
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+        with contextlib.suppress(ValueError):
+            info = json.loads(data)
+            if isinstance(info, dict) and "child-pid" in info and "mnt-namespace" in info:
+                return info
+    process.kill()
+    process.wait()
+    detail = (process.stderr.read() if process.stderr else b"").decode("utf-8", "replace").strip()
+    raise RunSandboxError(detail.splitlines()[-1] if detail else "bubblewrap did not start the sandbox")
