@@ -409,10 +409,11 @@ def report(results: Results, args: argparse.Namespace) -> None:
         print(f"\n{engine} ENGINE FAILED: {reason}", file=sys.stderr)
 
 
-def prepare_project(stack: harness.Stack, engine: str, mcp_stamps: Path) -> tuple[int, int, Path]:
+def prepare_project(stack: harness.Stack, engine: str) -> tuple[int, int, Path]:
     """A project that asks about every non-read-only command, and a conversation whose
     worktree (where the run works and the commands write their stamps) starts the CLI's
-    MCP server under mcp_tee; returns the project, the conversation and the worktree."""
+    MCP server under mcp_tee (the CLI engine's); returns the project, the conversation
+    and the worktree."""
     from django.contrib.auth.models import User
 
     from promptmgr.services.projects import project_create
@@ -421,8 +422,7 @@ def prepare_project(stack: harness.Stack, engine: str, mcp_stamps: Path) -> tupl
     project = project_create(
         owner=owner, name=f"Approvals ({engine})", engine=engine, permission_mode="default"
     )
-    tee = mcp_stamps if engine == "cli" else None
-    conversation_id, worktree = askuser_latency.wrapped_conversation(project, tee)
+    conversation_id, worktree = askuser_latency.tee_conversation(project)
     return int(project.pk), conversation_id, worktree
 
 
@@ -437,6 +437,7 @@ async def measure(
     for engine, (project_id, conversation_id, workspace) in projects.items():
         cli_stamps = stack.tmp / f"cli-stamps-{engine}.txt"
         flag.write_text(str(cli_stamps))
+        stack.tee_mcp_to(stack.tmp / f"mcp-stamps-{engine}.jsonl")
         print(f"  {engine} engine: {args.rounds} approvals …", flush=True)
         before = cpu_jiffies()
         try:
@@ -455,6 +456,7 @@ async def measure(
         flag.write_text(str(stack.tmp / "cli-stamps-questions.txt"))
         print(f"  question path (askuser_latency): {args.question_rounds} questions …", flush=True)
         stamps = stack.tmp / "mcp-stamps-questions.jsonl"
+        stack.tee_mcp_to(stamps)
         results.questions = await askuser_latency.run_ours(
             stack, stamps, args.question_rounds, args.think_ms, question_conversation
         )
@@ -499,15 +501,13 @@ def main() -> None:
 
     started = time.monotonic()
     print(f"Approval latency benchmark on {harness.machine()}; setting up a private stack …", flush=True)
-    with harness.Stack.create(name="approval", ask_user=True) as stack:
+    with harness.Stack.create(name="approval", ask_user=True, tee_mcp=True) as stack:
         from promptmgr.cli import find_claude_cli
 
         real_cli = find_claude_cli()
         shim, flag = write_shim(stack.tmp, real_cli)
-        projects = {e: prepare_project(stack, e, stack.tmp / f"mcp-stamps-{e}.jsonl") for e in engines}
-        question_conversation, _worktree = askuser_latency.wrapped_conversation(
-            stack.project(), stack.tmp / "mcp-stamps-questions.jsonl"
-        )
+        projects = {e: prepare_project(stack, e) for e in engines}
+        question_conversation, _worktree = askuser_latency.tee_conversation(stack.project())
         env = {"CLAUDE_CLI_PATH": str(shim)}
         if args.tap_relay:
             env["INTERNAL_BASE_URL"] = start_relay_tap(stack, stack.tmp / "relay-stamps.jsonl")

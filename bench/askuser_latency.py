@@ -43,7 +43,6 @@ if __package__ in (None, ""):
 from bench import app_client, harness, polling_model  # noqa: E402
 from bench.report import LATENCY_HEADERS, fmt, latency_row, percentile, table, verdict  # noqa: E402
 
-MCP_TEE = Path(__file__).resolve().parent / "mcp_tee.py"
 TOOL = "mcp__ask-user__ask_user"
 OPTIONS = [
     {"label": "Alpha", "description": "The first way."},
@@ -62,22 +61,12 @@ def question_text(index: int) -> str:
     return f"Q{index:03d}: which way should I go?"
 
 
-def wrap_mcp_server(workspace: Path, stamps: Path) -> None:
-    """Start the workspace's ask-user MCP server under mcp_tee.py (the server itself is unchanged)."""
-    path = workspace / ".mcp.json"
-    config = json.loads(path.read_text())
-    entry = config["mcpServers"]["ask-user"]
-    entry["args"] = ["-P", str(MCP_TEE), str(stamps), entry["command"], *entry["args"]]
-    entry["command"] = harness.PYTHON
-    path.write_text(json.dumps(config, indent=2))
-
-
-def wrapped_conversation(project: Any, stamps: Path | None) -> tuple[int, Path]:
-    """A conversation whose worktree starts the ask-user MCP server under mcp_tee.py
-    (unless ``stamps`` is None: the SDK engine registers no MCP server).
+def tee_conversation(project: Any) -> tuple[int, Path]:
+    """A conversation whose runs start the ask-user MCP server under mcp_tee.py (the stack
+    is made with ``tee_mcp=True``; ``stack.tee_mcp_to`` says where the stamps go).
 
     Each conversation's runs work in a worktree of its own, made (with its generated
-    files) for its first run: it is made here, and wrapped, before that run starts.
+    files) for its first run: it is made here, before that run starts.
     Returns the conversation's id and its worktree.
     """
     from promptmgr.models import Conversation
@@ -85,8 +74,6 @@ def wrapped_conversation(project: Any, stamps: Path | None) -> tuple[int, Path]:
 
     conversation = Conversation.objects.create(project=project, user=project.owner, title="Benchmark")
     worktree = conversation_worktree_ensure(conversation)
-    if stamps is not None:
-        wrap_mcp_server(worktree, stamps)
     return int(conversation.pk), worktree
 
 
@@ -281,9 +268,10 @@ def main() -> None:
 
     started = time.monotonic()
     print(f"Ask-user latency benchmark on {harness.machine()}; setting up a private stack …", flush=True)
-    with harness.Stack.create(name="askuser", ask_user=True) as stack:
+    with harness.Stack.create(name="askuser", ask_user=True, tee_mcp=True) as stack:
         stamps = stack.tmp / "mcp-stamps.jsonl"
-        conversation_id, _worktree = wrapped_conversation(stack.project(), stamps)
+        stack.tee_mcp_to(stamps)
+        conversation_id, _worktree = tee_conversation(stack.project())
         stack.start_app()
         print(
             f"  app {stack.app_url}, model {stack.model_url}, redis {stack.redis_url} (prefix {stack.key_prefix})"

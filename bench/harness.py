@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import json
 import os
 import secrets
 import shutil
@@ -30,6 +31,8 @@ import httpx
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
+MCP_TEE = Path(__file__).resolve().parent / "mcp_tee.py"
+MCP_TEE_FLAG = "mcp-tee-stamps-path"
 USERNAME = "bench"
 PASSWORD = "bench-password-not-secret"
 
@@ -133,7 +136,10 @@ class Stack:
 
     @classmethod
     @contextlib.contextmanager
-    def create(cls, *, name: str, ask_user: bool) -> Iterator[Stack]:
+    def create(cls, *, name: str, ask_user: bool, tee_mcp: bool = False) -> Iterator[Stack]:
+        """The stack; with ``tee_mcp`` the app starts the ask-user MCP server under
+        ``mcp_tee.py`` (``ASK_USER_MCP_COMMAND``, the command the run sandbox lets out),
+        stamping into the file ``tee_mcp_to`` names."""
         # A plain `kill` must still stop what we started: SIGTERM unwinds like Ctrl-C.
         signal.signal(signal.SIGTERM, _exit_on_signal)
         tmp = Path(tempfile.mkdtemp(prefix=f"pm-bench-{name}-"))
@@ -160,6 +166,9 @@ class Stack:
                 "ANTHROPIC_BASE_URL": model_url,
                 "ANTHROPIC_API_KEY": "sk-bench",
             }
+            if tee_mcp:
+                tee = [PYTHON, "-P", str(MCP_TEE), f"@{tmp / MCP_TEE_FLAG}"]
+                env["ASK_USER_MCP_COMMAND"] = json.dumps([*tee, PYTHON, "-P", "-m", "mcp_server"])
             project_id = _configure_django(env, ask_user=ask_user)
             yield cls(tmp, children, redis_url, key_prefix, model_url, app_port, env, project_id)
         except BaseException:
@@ -173,6 +182,11 @@ class Stack:
             if redis_url:
                 _delete_keys(redis_url, key_prefix)
             shutil.rmtree(tmp, ignore_errors=True)
+
+    def tee_mcp_to(self, stamps: Path) -> None:
+        """Where the ask-user MCP servers started from now on write their stamps
+        (``create(tee_mcp=True)``)."""
+        (self.tmp / MCP_TEE_FLAG).write_text(str(stamps))
 
     def start_app(self, extra_env: dict[str, str] | None = None, *, workers: int = 1) -> None:
         """uvicorn serving ``promptmgr.asgi:application``, as ``make run`` does; with

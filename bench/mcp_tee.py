@@ -1,7 +1,8 @@
 """Stand between the Claude CLI and the ask-user MCP server; stamp each tool call and its result.
 
 ``python mcp_tee.py OUT SERVER [ARG...]`` runs the MCP server ``SERVER ARG...`` and relays its
-stdio (newline-delimited JSON-RPC) byte for byte in both directions. For every
+stdio (newline-delimited JSON-RPC) byte for byte in both directions (``OUT`` may be
+``@FILE``: the path written in ``FILE`` when the server starts). For every
 ``tools/call`` of ``ask_user`` or ``approve`` it appends to ``OUT`` a JSON line
 ``{"kind": "call", "tool": …, "id": …, "question": …, "tool_use_id": …, "ns": …}`` stamped
 (CLOCK_MONOTONIC) when the CLI's request was read (``question`` is ask_user's, ``tool_use_id``
@@ -96,6 +97,11 @@ class Recorder:
 
 def main() -> int:
     out_path, *argv = sys.argv[1:]
+    if out_path.startswith("@"):
+        # "@FILE": FILE names the stamps file as this server starts (a benchmark registers
+        # one command line for its whole run and moves the stamps from phase to phase).
+        with open(out_path[1:], encoding="utf-8") as flag:
+            out_path = flag.read().strip()
     sys.setswitchinterval(0.0002)
     child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     assert child.stdin is not None and child.stdout is not None

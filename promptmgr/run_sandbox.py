@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import select
 import shlex
 import shutil
@@ -71,8 +72,13 @@ HIDDEN_ENV = (
 MESSAGING_DIR = "cc-socks"
 REQUIRED_TOOLS = ("bwrap", "nsenter", "setpriv")
 START_TIMEOUT = 10.0
+STOP_TIMEOUT = 5.0
 MSG_ENDED = "This run's sandbox has ended; the command did not run."
 
+# Every step here is paid by each command, so the script runs no program of its own before
+# nsenter: builtins check the sandbox and clear the environment, and the last shell changes
+# directory by name inside the sandbox (nsenter --wd would open it outside, in the host's
+# mounts, where ".." leads out).
 PREFIX_SCRIPT = """#!/bin/sh
 # CLAUDE_CODE_SHELL_PREFIX of one run in its run sandbox; written by promptmgr/run_sandbox.py.
 # The CLI calls it with one argument, the command line (a shell command, an MCP server's).
@@ -84,14 +90,15 @@ fi
 if [ "$1" = {trusted} ]; then
     exec /bin/sh -c "$1"
 fi
-if [ "$(readlink /proc/{pid}/ns/mnt 2>/dev/null)" != "mnt:[{namespace}]" ]; then
+# The marker exists only in this run's sandbox: a PID reused after it ended is never entered.
+if [ ! -d /proc/{pid}/root{marker} ]; then
     echo {ended} >&2
     exit 126
 fi
-exec env {unset} nsenter --target {pid} --user --mount --net --pid --ipc --uts --cgroup \\
-    --preserve-credentials -- \\
+unset {unset}
+exec nsenter --target {pid} --user --mount --net --pid --ipc --uts --cgroup --preserve-credentials -- \\
     setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all --no-new-privs -- \\
-    env -C "$PWD" /bin/bash -c "$1"
+    /bin/bash -c 'cd -- "$1" || exit 126; eval "$2"' bash "$PWD" "$1"
 """
 
 
@@ -111,13 +118,13 @@ def trusted_command() -> str:
     return " ".join(shlex.quote(part) for part in [entry["command"], *entry["args"]])
 
 
-def prefix_script(*, pid: int, mount_namespace: int) -> str:
+def prefix_script(*, pid: int, marker: str) -> str:
     return PREFIX_SCRIPT.format(
         trusted=shlex.quote(trusted_command()),
         pid=pid,
-        namespace=mount_namespace,
+        marker=marker,
         ended=shlex.quote(MSG_ENDED),
-        unset=" ".join(f"-u {name}" for name in HIDDEN_ENV),
+        unset=" ".join(HIDDEN_ENV),
     )
 
 
@@ -127,7 +134,7 @@ def prefix_dir() -> Path:
     return _real(settings.VAR_DIR) / "sandbox"
 
 
-def write_prefix(*, pid: int, mount_namespace: int) -> Path:
+def write_prefix(*, pid: int, mount_namespace: int, marker: str) -> Path:
     """The run's prefix script, the sandbox named in it. The CLI runs a prefix as a program
     with no arguments of its own (an MCP server's command is spawned with the prefix as
     its executable), so each run gets a script of its own."""
@@ -139,7 +146,7 @@ def write_prefix(*, pid: int, mount_namespace: int) -> Path:
         raise RunSandboxError(f"the sandbox's shell prefix cannot live at {path}: ' -' in its path")
     fd, staged = tempfile.mkstemp(dir=directory, prefix=".staged-")
     with os.fdopen(fd, "w") as file:
-        file.write(prefix_script(pid=pid, mount_namespace=mount_namespace))
+        file.write(prefix_script(pid=pid, marker=marker))
     os.chmod(staged, 0o700)
     os.replace(staged, path)
     return path
@@ -226,6 +233,8 @@ class RunSandbox:
         bwrap = shutil.which("bwrap", path=path)
         if bwrap is None:
             raise RunSandboxError("bwrap not installed")
+        # A directory only this sandbox has (a mount point: no command can remove it).
+        marker = f"/tmp/.pm-sandbox-{secrets.token_hex(8)}"
         mounts = mount_arguments(
             workdir=_real(workdir),
             tmpdir=_real(tmpdir),
@@ -239,6 +248,10 @@ class RunSandbox:
                 [
                     bwrap,
                     *mounts,
+                    "--tmpfs",
+                    marker,
+                    "--remount-ro",
+                    marker,
                     "--unshare-all",
                     "--die-with-parent",
                     "--new-session",
@@ -268,7 +281,7 @@ class RunSandbox:
         pid, namespace = int(info["child-pid"]), int(info["mnt-namespace"])
         try:
             handle = _open_first_process(pid, namespace)
-            prefix = write_prefix(pid=pid, mount_namespace=namespace)
+            prefix = write_prefix(pid=pid, mount_namespace=namespace, marker=marker)
         except BaseException:
             _kill(process)
             raise
@@ -286,6 +299,8 @@ class RunSandbox:
         if self.handle >= 0:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(self.handle, signal.SIGKILL)
+            # A pidfd reads ready once its process has exited: the sandbox is gone on return.
+            select.select([self.handle], [], [], STOP_TIMEOUT)
             os.close(self.handle)
             self.handle = -1
         _kill(self.process)

@@ -9,7 +9,9 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 import os
+import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -47,6 +49,19 @@ def envchoice(name: str, default: str, *, choices: tuple[str, ...]) -> str:
     value = os.environ.get(name, default).strip().lower()
     if value not in choices:
         raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+    return value
+
+
+def envcommand(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not value or not all(isinstance(part, str) and part for part in value):
+        raise ImproperlyConfigured(f"{name} must be a JSON list of strings (program, arguments), not {raw!r}")
     return value
 
 
@@ -259,6 +274,10 @@ CLAUDE_SANDBOX = envbool("CLAUDE_SANDBOX", "on") if os.environ.get("CLAUDE_SANDB
 CLAUDE_SANDBOX_SCOPE = envchoice("CLAUDE_SANDBOX_SCOPE", "run", choices=("run", "command"))
 
 ASK_USER_ENABLED = envbool("ASK_USER_ENABLED", "true")
+# How the CLI starts the ask-user MCP server (a JSON list: program and arguments). An
+# operator may wrap it (the benchmarks put a tracing tee in front); it is also the one
+# command line the run sandbox starts outside (promptmgr/run_sandbox.py).
+ASK_USER_MCP_COMMAND = envcommand("ASK_USER_MCP_COMMAND", [sys.executable, "-P", "-m", "mcp_server"])
 ASK_USER_DEFAULT_TIMEOUT = envint("ASK_USER_DEFAULT_TIMEOUT", "300", minimum=30, maximum=900)
 # How long poll-answer holds a request open before answering 202 "waiting".
 ASK_USER_LONG_POLL_SECONDS = envint("ASK_USER_LONG_POLL_SECONDS", "25", minimum=1, maximum=60)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,9 +90,11 @@ def mcp_server_registered(project: Project) -> bool:
 
 def mcp_server_entry() -> dict[str, Any]:
     # The interpreter running Django has this package installed; ASK_USER_CONFIG reaches
-    # the server through the CLI's environment, per run.
-    # -P: the cwd is the workspace, where Claude may write a file named like a module we import.
-    return {"type": "stdio", "command": sys.executable, "args": ["-P", "-m", "mcp_server"]}
+    # the server through the CLI's environment, per run. The command is
+    # ASK_USER_MCP_COMMAND: by default ``python -P -m mcp_server``, where -P keeps the cwd
+    # (the workspace, where Claude may write a file named like a module we import) off the path.
+    program, *args = settings.ASK_USER_MCP_COMMAND
+    return {"type": "stdio", "command": program, "args": args}
 
 
 def _load_json(path: Path) -> dict[str, Any]:

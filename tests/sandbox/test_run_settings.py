@@ -167,3 +167,37 @@ def test_in_the_run_scope_the_clis_sandbox_is_off_and_the_prefix_is_pinned_in_th
         confinement.close()
     assert not confinement.tmpdir.exists()
     assert not Path(prefix).exists()
+
+
+def test_the_ask_user_server_the_workspace_registers_is_the_one_command_line_let_out(settings: Any) -> None:
+    from promptmgr.workspaces import mcp_server_entry
+
+    settings.ASK_USER_MCP_COMMAND = [
+        "/opt/py/bin/python",
+        "-P",
+        "tee.py",
+        "@flag",
+        "/opt/py/bin/python",
+        "-m",
+        "x",
+    ]
+    assert mcp_server_entry() == {
+        "type": "stdio",
+        "command": "/opt/py/bin/python",
+        "args": ["-P", "tee.py", "@flag", "/opt/py/bin/python", "-m", "x"],
+    }
+    # As the CLI hands a stdio server's command line to the shell prefix.
+    assert run_sandbox.trusted_command() == "/opt/py/bin/python -P tee.py @flag /opt/py/bin/python -m x"
+
+
+@pytest.mark.parametrize("raw", ["python -m mcp_server", "[]", '["python", 3]', '[""]'])
+def test_an_ask_user_command_that_is_not_a_json_list_of_strings_is_refused(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from promptmgr.settings import envcommand
+
+    monkeypatch.setenv("ASK_USER_MCP_COMMAND", raw)
+    with pytest.raises(ImproperlyConfigured, match="ASK_USER_MCP_COMMAND must be a JSON list"):
+        envcommand("ASK_USER_MCP_COMMAND", ["python"])
