@@ -226,6 +226,16 @@ def processes_in(directory: Path) -> list[int]:
     return found
 
 
+# A Bash command that waits, and the rule that allows it. The CLI refuses a standalone
+# `sleep N`, and outside Claude Code's own sandbox (the run sandbox's scope) it asks about
+# inline code such as `python3 -c` whatever the rules say, so it is a module's command.
+WAIT_RULE = "Bash(python3 -m timeit:*)"
+
+
+def wait_command(seconds: float) -> str:
+    return f"python3 -m timeit -n 1 -r 1 -s 'import time' 'time.sleep({seconds})'"
+
+
 def allow_in_workspace(project: Any, *rules: str) -> None:
     """Add permission rules the way a user would, next to the generated ones."""
     import json as _json

@@ -14,6 +14,7 @@ import pytest
 from promptmgr.models import Run
 from tests.engines.support import ask_user_question, mcp_ask_user, sdk_question
 from tests.helpers import (
+    WAIT_RULE,
     SSEEvent,
     allow_in_workspace,
     login_client,
@@ -25,6 +26,7 @@ from tests.helpers import (
     script,
     start_run,
     submit_answer,
+    wait_command,
 )
 
 pytestmark = pytest.mark.e2e
@@ -168,12 +170,10 @@ def test_a_background_command_finishes_and_wakes_a_second_turn_alike(
     app_server: Any, alice: Any, engine: str
 ) -> None:
     project = make_project(owner=alice, engine=engine)
-    # Outside Claude Code's own sandbox the CLI asks about inline code (python3 -c) whatever
-    # the rules say, so the command is a module's, which a scoped rule allows.
-    allow_in_workspace(project, "Bash(python3 -m timeit:*)")
+    allow_in_workspace(project, WAIT_RULE)
     client = login_client(app_server, "alice", "alice-password")
     command = {
-        "command": "python3 -m timeit -n 1 -r 1 -s 'import time' 'time.sleep(4)'",
+        "command": wait_command(4),
         "description": "wait",
         "run_in_background": True,
     }

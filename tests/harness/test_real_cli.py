@@ -23,6 +23,9 @@ def test_the_real_cli_streams_scripted_text_with_the_ask_user_server_connected(
 ) -> None:
     project = make_project(owner=alice)
     env = child_env(ask_user_config=None, ask_user_timeout=None)
+    # As every run with ask-user has it (child_env with a config): the turn starts once the
+    # server has connected, not while it is still "pending" under the suite's load.
+    env["MCP_CONNECTION_NONBLOCKING"] = "false"
     completed = subprocess.run(
         [claude_cli, "-p", "--output-format", "stream-json", "--verbose"],
         input=script({"text": "Scripted hello through the real CLI."}),

@@ -16,6 +16,7 @@ from django.conf import settings
 from promptmgr.models import Run
 from promptmgr.processes import MAX_NICE
 from tests.helpers import (
+    WAIT_RULE,
     allow_in_workspace,
     login_client,
     make_project,
@@ -25,6 +26,7 @@ from tests.helpers import (
     script,
     start_run,
     use_fake_cli,
+    wait_command,
     wait_until,
 )
 
@@ -45,13 +47,13 @@ def nice_of(pid: int) -> int | None:
     return None
 
 
-PYTHON_SLEEP = {"command": "python3 -c 'import time; time.sleep(120)'", "description": "wait"}
+PYTHON_SLEEP = {"command": wait_command(120), "description": "wait"}
 
 
 @pytest.mark.parametrize("engine", ["cli", "sdk"])
 def test_cancel_during_a_bash_command_leaves_no_process(app_server: Any, alice: Any, engine: str) -> None:
     project = make_project(owner=alice, engine=engine)
-    allow_in_workspace(project, "Bash(python3:*)")
+    allow_in_workspace(project, WAIT_RULE)
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script({"tool_use": {"name": "Bash", "input": PYTHON_SLEEP}}))
     read_sse(client, started["events_url"], until=lambda e: e.event == "tool_use")

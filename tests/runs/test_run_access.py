@@ -143,12 +143,11 @@ def test_a_second_prompt_while_the_conversation_is_busy_is_409(app_server: Any, 
 def test_idle_timeout_stops_a_silent_cli(app_server: Any, alice: Any, settings: Any) -> None:
     settings.RUN_IDLE_TIMEOUT = 5
     project = make_project(owner=alice)
-    from tests.helpers import allow_in_workspace
+    from tests.helpers import WAIT_RULE, allow_in_workspace, wait_command
 
-    allow_in_workspace(project, "Bash(python3:*)")
+    allow_in_workspace(project, WAIT_RULE)
     client = login_client(app_server, "alice", "alice-password")
-    # The CLI refuses a standalone `sleep 30`, so the silent tool is a Python sleep.
-    silent = {"command": "python3 -c 'import time; time.sleep(30)'", "description": "w"}
+    silent = {"command": wait_command(30), "description": "w"}
     prompt = script({"tool_use": {"name": "Bash", "input": silent}}, {"text": "x"})
     started = start_run(client, project.pk, prompt)
     events = read_sse(client, started["events_url"], timeout=40)

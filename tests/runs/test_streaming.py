@@ -15,6 +15,7 @@ import pytest
 from promptmgr.models import Conversation, Run
 from tests.helpers import (
     SLOW_TEXT,
+    WAIT_RULE,
     allow_in_workspace,
     login_client,
     make_project,
@@ -24,6 +25,7 @@ from tests.helpers import (
     script,
     start_run,
     use_fake_cli,
+    wait_command,
     wait_until,
 )
 
@@ -184,9 +186,9 @@ def test_the_read_timeout_path_emits_a_question_found_only_in_the_redis_cache(
     from askuser import live
 
     project = make_project(owner=alice)
-    allow_in_workspace(project, "Bash(python3:*)")
+    allow_in_workspace(project, WAIT_RULE)
     client = login_client(app_server, "alice", "alice-password")
-    quiet = {"command": "python3 -c 'import time; time.sleep(6)'", "description": "wait"}
+    quiet = {"command": wait_command(6), "description": "wait"}
     prompt = script({"tool_use": {"name": "Bash", "input": quiet}}, {"text": "ok"})
     started = start_run(client, project.pk, prompt)
     run_id = started["run_id"]
