@@ -111,10 +111,10 @@ def sandbox_state() -> str:
     off = os.environ.get("CLAUDE_SANDBOX", "").strip().lower() in {"0", "false", "no", "off"}
     if off:
         return "without the sandbox (CLAUDE_SANDBOX=off)"
-    scope = os.environ.get("CLAUDE_SANDBOX_SCOPE", "").strip().lower() or "run"
+    scope = os.environ.get("CLAUDE_SANDBOX_SCOPE", "").strip().lower() or "command"
     if scope == "run":
-        return "in the run's own sandbox, which each command enters (CLAUDE_SANDBOX_SCOPE=run, the default)"
-    return "in Claude Code's own sandbox, a new one per command (CLAUDE_SANDBOX_SCOPE=command)"
+        return "in the run's own sandbox, which each command enters (CLAUDE_SANDBOX_SCOPE=run)"
+    return "in Claude Code's own sandbox, a new one per command (CLAUDE_SANDBOX_SCOPE=command, the default)"
 
 
 def iso_ns(value: str) -> int:

@@ -6,7 +6,7 @@ mask, assembles some 300 arguments, starts bubblewrap and two socat proxies, and
 them. That costs about 65 ms before each approved command starts (``bench/approval_latency.py``),
 three times the time budget of the whole decision -> tool path.
 
-In the ``run`` scope (the default, ``CLAUDE_SANDBOX_SCOPE``) the app starts one sandbox when
+In the ``run`` scope (opt-in, ``CLAUDE_SANDBOX_SCOPE=run``) the app starts one sandbox when
 the run starts (``RunSandbox.start``), a long-lived ``sleep`` under bubblewrap with the same
 policy, and the CLI runs each shell command through ``CLAUDE_CODE_SHELL_PREFIX``: a small
 shell script of the run's own (``write_prefix``) that joins the sandbox's namespaces with ``nsenter``, drops

@@ -2,9 +2,9 @@
 
 Two scopes (``CLAUDE_SANDBOX_SCOPE``) share one policy:
 
-- ``run`` (the default): one bubblewrap sandbox per run, started by the app, which every
+- ``run`` (opt-in): one bubblewrap sandbox per run, started by the app, which every
   shell command of the run enters (``promptmgr.run_sandbox``, about 6 ms a command);
-- ``command``: Claude Code's own sandbox, a new one for each command (about 65 ms).
+- ``command`` (the default): Claude Code's own sandbox, a new one for each command (about 65 ms).
 
 Every run's CLI gets settings with ``--settings`` (the "flag" layer, above the
 workspace's own settings files, which cannot widen them). In the ``command`` scope:

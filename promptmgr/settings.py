@@ -271,7 +271,7 @@ CLAUDE_CLI_NICE = envint("CLAUDE_CLI_NICE", "10", minimum=0, maximum=19)
 CLAUDE_SANDBOX = envbool("CLAUDE_SANDBOX", "on") if os.environ.get("CLAUDE_SANDBOX", "").strip() else True
 # "run": one sandbox per run that every command enters (about 6 ms a command); "command":
 # Claude Code's own sandbox, a new one per command (about 65 ms). Same policy.
-CLAUDE_SANDBOX_SCOPE = envchoice("CLAUDE_SANDBOX_SCOPE", "run", choices=("run", "command"))
+CLAUDE_SANDBOX_SCOPE = envchoice("CLAUDE_SANDBOX_SCOPE", "command", choices=("run", "command"))
 
 ASK_USER_ENABLED = envbool("ASK_USER_ENABLED", "true")
 # How the CLI starts the ask-user MCP server (a JSON list: program and arguments). An

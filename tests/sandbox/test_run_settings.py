@@ -150,8 +150,9 @@ def test_a_run_sandboxs_prefix_goes_with_it_and_an_ended_ones_is_swept(workdir: 
 
 
 def test_in_the_run_scope_the_clis_sandbox_is_off_and_the_prefix_is_pinned_in_the_flag_layer(
-    workdir: Path,
+    workdir: Path, settings: Any
 ) -> None:
+    settings.CLAUDE_SANDBOX_SCOPE = "run"
     confinement = sandbox._confine(8, workdir, child_path())
     try:
         assert confinement.sandbox is not None
