@@ -9,7 +9,7 @@ Run: ``.venv/bin/python bench/isolation_cost.py`` (about a minute on 2 cores).
    ``guardian.KILL_GRACE`` later).
 3. One ``claude -p`` run of the bundled CLI against the scripted model that runs five
    read-only Bash commands, without the sandbox, in the run's own sandbox (the ``run``
-   scope, the default) and in Claude Code's sandbox per command (``command``),
+   scope) and in Claude Code's sandbox per command (``command``, the default),
    interleaved: what each adds per command (and to the run). The run scope's figure
    includes starting its sandbox once per run.
 """
@@ -177,7 +177,7 @@ def sandbox_cost(stack: harness.Stack, runs: int) -> list[list[str]]:
         in_command: list[float] = []
         for _ in range(runs):
             off.append(cli_run_ms(plain, env, workdir))
-            in_run.append(run_scope_ms(cli, project, workdir, tmpdir, env))
+            in_run.append(run_scope_ms(cli, project, workdir, env))
             in_command.append(cli_run_ms(per_command, env, workdir))
     finally:
         sandbox.run_tmp_close(tmpdir)
@@ -187,27 +187,28 @@ def sandbox_cost(stack: harness.Stack, runs: int) -> list[list[str]]:
 
     return [
         row(f"run with {BASH_CALLS} Bash calls, no sandbox", off),
-        row(f"run with {BASH_CALLS} Bash calls, run's own sandbox (default)", in_run),
-        row(f"run with {BASH_CALLS} Bash calls, sandbox per command", in_command),
+        row(f"run with {BASH_CALLS} Bash calls, run's own sandbox", in_run),
+        row(f"run with {BASH_CALLS} Bash calls, sandbox per command (default)", in_command),
         row("run's own sandbox: cost per Bash call (paired)", per_call(in_run)),
         row("sandbox per command: cost per Bash call (paired)", per_call(in_command)),
     ]
 
 
-def run_scope_ms(cli: str, project: Any, workdir: Path, tmpdir: Path, env: dict[str, str]) -> float:
-    """One run in the run scope, timed from starting its sandbox to the CLI's exit."""
+def run_scope_ms(cli: str, project: Any, workdir: Path, env: dict[str, str]) -> float:
+    """One run in the run scope, timed from starting its sandbox (as the app confines a
+    run, ``sandbox.run_scope_confinement``) to the CLI's exit."""
     from promptmgr import sandbox
     from promptmgr.cli import build_command, child_path
 
     start = time.monotonic_ns()
-    held = sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=child_path())
+    confinement = sandbox.run_scope_confinement(run_id=0, workdir=workdir, path=child_path())
     try:
-        run_settings = json.dumps(sandbox.run_scope_settings(workdir=workdir, shell_prefix=held.prefix))
-        command = build_command(cli=cli, project=project, run_settings=run_settings)
+        command = build_command(cli=cli, project=project, run_settings=confinement.settings)
         started = (time.monotonic_ns() - start) / 1e6
-        return started + cli_run_ms(command, {**env, "CLAUDE_CODE_SHELL_PREFIX": held.prefix}, workdir)
+        run_env = {**env, "CLAUDE_CODE_TMPDIR": str(confinement.tmpdir), **confinement.env}
+        return started + cli_run_ms(command, run_env, workdir)
     finally:
-        held.stop()
+        confinement.close()
 
 
 def main() -> None:

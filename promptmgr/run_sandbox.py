@@ -9,8 +9,9 @@ three times the time budget of the whole decision -> tool path.
 In the ``run`` scope (opt-in, ``CLAUDE_SANDBOX_SCOPE=run``) the app starts one sandbox when
 the run starts (``RunSandbox.start``), a long-lived ``sleep`` under bubblewrap with the same
 policy, and the CLI runs each shell command through ``CLAUDE_CODE_SHELL_PREFIX``: a small
-shell script of the run's own (``write_prefix``) that joins the sandbox's namespaces with ``nsenter``, drops
-every capability with ``setpriv`` and runs the command there, about 6 ms. The policy:
+shell script of the run's own (``write_prefix``) that joins the sandbox's namespaces with
+``nsenter``, drops every capability with ``setpriv`` and runs the command there, about
+7 ms. The policy (``Policy``, filled in by ``sandbox.start_run_sandbox``):
 
 - the host's root read-only; ``/tmp``, ``/var/tmp``, ``/dev/shm`` private to the run (empty
   and writable, gone with the run); the server's home, the app's code, ``VAR_DIR``,
@@ -26,13 +27,13 @@ every capability with ``setpriv`` and runs the command there, about 6 ms. The po
 
 The CLI also starts stdio MCP servers and hooks through the prefix. The ask-user server
 must reach the app and its run's secrets, so the one exact command line of it
-(``workspaces.mcp_server_entry``) runs outside; every other program goes in. A Bash
+(``Policy.trusted_command``) runs outside; every other program goes in. A Bash
 command never matches it: the CLI wraps each one in its own script.
 
 Each run's prefix is a script of its own under ``VAR_DIR`` (the CLI spawns an MCP server
 with the prefix as its program, so it can take no arguments). It names the sandbox by its
-holder's PID and mount namespace and checks both before entering, so a PID reused after
-the holder ended is never entered. The prefix is set in the CLI's environment and in the
+first process's PID and checks, before entering, for a marker directory only that sandbox
+has, so a PID reused after the sandbox ended is never entered. The prefix is set in the CLI's environment and in the
 flag layer of its settings (``env``), which a workspace's own settings cannot override
 (``tests/harness/test_sandbox_contract.py`` pins what this module relies on).
 """
@@ -45,7 +46,6 @@ import os
 import secrets
 import select
 import shlex
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -55,20 +55,12 @@ from pathlib import Path
 
 from django.conf import settings
 
-# Scratch regions: private to the run and writable (tools expect a writable /tmp).
-SCRATCH_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 # Where local servers keep their sockets (PostgreSQL's, a container runtime's): a unix
 # socket on a read-only mount still accepts connections, so these are hidden.
 SOCKET_DIRS = (Path("/run"), Path("/var/run"))
-# The CLI's environment variables a command never gets: the API key, the relay config's
-# path, and the CLI's messaging socket with its token (a command could talk to the CLI).
-HIDDEN_ENV = (
-    "ANTHROPIC_API_KEY",
-    "ASK_USER_CONFIG",
-    "CLAUDE_CODE_MESSAGING_TOKEN",
-    "CLAUDE_CODE_MESSAGING_SOCKET",
-)
-# The CLI's messaging sockets, inside the run's temporary directory.
+# The CLI's messaging socket and its token, which a command never gets (it could talk to
+# the CLI); the socket's directory, inside the run's temporary directory, is hidden too.
+MESSAGING_ENV = ("CLAUDE_CODE_MESSAGING_TOKEN", "CLAUDE_CODE_MESSAGING_SOCKET")
 MESSAGING_DIR = "cc-socks"
 REQUIRED_TOOLS = ("bwrap", "nsenter", "setpriv")
 START_TIMEOUT = 10.0
@@ -110,21 +102,32 @@ def _real(path: Path | str) -> Path:
     return Path(os.path.realpath(path))
 
 
-def trusted_command() -> str:
-    """The ask-user MCP server's command line as the CLI hands it to the prefix."""
-    from .workspaces import mcp_server_entry
+@dataclass(frozen=True)
+class Policy:
+    """What one run's sandbox holds (``sandbox.start_run_sandbox`` fills it in).
 
-    entry = mcp_server_entry()
-    return " ".join(shlex.quote(part) for part in [entry["command"], *entry["args"]])
+    ``hidden`` directories are emptied (``scratch`` ones stay writable, the rest read-only),
+    ``files`` lie under /dev/null, ``readable`` is bound back read-only, ``workdir`` and
+    ``tmpdir`` writable; ``hidden_env`` never reaches a command; ``trusted_command`` is the
+    one command line (the ask-user MCP server's) the prefix runs outside."""
+
+    workdir: Path
+    tmpdir: Path
+    hidden: list[Path]
+    scratch: tuple[Path, ...]
+    files: list[Path]
+    readable: list[Path]
+    hidden_env: tuple[str, ...]
+    trusted_command: str
 
 
-def prefix_script(*, pid: int, marker: str) -> str:
+def prefix_script(policy: Policy, *, pid: int, marker: str) -> str:
     return PREFIX_SCRIPT.format(
-        trusted=shlex.quote(trusted_command()),
+        trusted=shlex.quote(policy.trusted_command),
         pid=pid,
         marker=marker,
         ended=shlex.quote(MSG_ENDED),
-        unset=" ".join(HIDDEN_ENV),
+        unset=" ".join((*policy.hidden_env, *MESSAGING_ENV)),
     )
 
 
@@ -134,7 +137,7 @@ def prefix_dir() -> Path:
     return _real(settings.VAR_DIR) / "sandbox"
 
 
-def write_prefix(*, pid: int, mount_namespace: int, marker: str) -> Path:
+def write_prefix(policy: Policy, *, pid: int, mount_namespace: int, marker: str) -> Path:
     """The run's prefix script, the sandbox named in it. The CLI runs a prefix as a program
     with no arguments of its own (an MCP server's command is spawned with the prefix as
     its executable), so each run gets a script of its own."""
@@ -146,7 +149,7 @@ def write_prefix(*, pid: int, mount_namespace: int, marker: str) -> Path:
         raise RunSandboxError(f"the sandbox's shell prefix cannot live at {path}: ' -' in its path")
     fd, staged = tempfile.mkstemp(dir=directory, prefix=".staged-")
     with os.fdopen(fd, "w") as file:
-        file.write(prefix_script(pid=pid, marker=marker))
+        file.write(prefix_script(policy, pid=pid, marker=marker))
     os.chmod(staged, 0o700)
     os.replace(staged, path)
     return path
@@ -172,31 +175,28 @@ def _inside_any(path: Path, regions: list[Path]) -> bool:
     return any(path == region or region in path.parents for region in regions)
 
 
-def mount_arguments(
-    *, workdir: Path, tmpdir: Path, hidden: list[Path], files: list[Path], readable: list[Path]
-) -> list[str]:
-    """bubblewrap's mounts: the host read-only, ``hidden`` directories empty (scratch ones
-    writable, the rest read-only), ``files`` under /dev/null, ``readable`` bound back
-    read-only and ``workdir`` and ``tmpdir`` writable."""
+def mount_arguments(policy: Policy) -> list[str]:
+    """bubblewrap's mounts for ``policy`` (see ``Policy``)."""
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     covered: list[Path] = []
     # Parents first; a region inside one already hidden needs nothing of its own.
-    for region in sorted({_real(path) for path in hidden}, key=lambda p: len(p.parts)):
+    hidden = {_real(path) for path in (*policy.hidden, *policy.scratch, *SOCKET_DIRS)}
+    for region in sorted(hidden, key=lambda p: len(p.parts)):
         if region == Path("/") or _inside_any(region, covered) or not region.is_dir():
             continue
         covered.append(region)
         args += ["--tmpfs", str(region)]
-    for file in files:
+    for file in policy.files:
         if file.exists() and not _inside_any(file, covered):
             args += ["--ro-bind", "/dev/null", str(file)]
-    for path in readable:
+    for path in policy.readable:
         if path.exists():
             args += ["--ro-bind", str(path), str(path)]
+    workdir, tmpdir = _real(policy.workdir), _real(policy.tmpdir)
     args += ["--bind", str(workdir), str(workdir), "--bind", str(tmpdir), str(tmpdir)]
-    messaging = tmpdir / MESSAGING_DIR
-    messaging.mkdir(mode=0o700, exist_ok=True)
-    args += ["--tmpfs", str(messaging), "--remount-ro", str(messaging)]
-    scratch = {_real(path) for path in SCRATCH_DIRS}
+    messaging = str(tmpdir / MESSAGING_DIR)
+    args += ["--tmpfs", messaging, "--remount-ro", messaging]
+    scratch = {_real(path) for path in policy.scratch}
     for region in covered:
         if region not in scratch:
             args += ["--remount-ro", str(region)]
@@ -220,28 +220,13 @@ class RunSandbox:
         return str(self.prefix_path)
 
     @classmethod
-    def start(
-        cls,
-        *,
-        workdir: Path,
-        tmpdir: Path,
-        hidden: list[Path],
-        files: list[Path],
-        readable: list[Path],
-        path: str,
-    ) -> RunSandbox:
-        bwrap = shutil.which("bwrap", path=path)
-        if bwrap is None:
-            raise RunSandboxError("bwrap not installed")
-        # A directory only this sandbox has (a mount point: no command can remove it).
+    def start(cls, policy: Policy, *, bwrap: str, path: str) -> RunSandbox:
+        """Start the sandbox with ``bwrap`` (a program on the CLI's ``path``)."""
+        (policy.tmpdir / MESSAGING_DIR).mkdir(mode=0o700, exist_ok=True)
+        # A directory only this sandbox has (a mount point: no command can remove it), in
+        # its private /tmp.
         marker = f"/tmp/.pm-sandbox-{secrets.token_hex(8)}"
-        mounts = mount_arguments(
-            workdir=_real(workdir),
-            tmpdir=_real(tmpdir),
-            hidden=[*hidden, *SCRATCH_DIRS, *SOCKET_DIRS],
-            files=files,
-            readable=readable,
-        )
+        mounts = mount_arguments(policy)
         read_end, write_end = os.pipe()
         try:
             process = subprocess.Popen(
@@ -281,14 +266,11 @@ class RunSandbox:
         pid, namespace = int(info["child-pid"]), int(info["mnt-namespace"])
         try:
             handle = _open_first_process(pid, namespace)
-            prefix = write_prefix(pid=pid, mount_namespace=namespace, marker=marker)
+            prefix = write_prefix(policy, pid=pid, mount_namespace=namespace, marker=marker)
         except BaseException:
             _kill(process)
             raise
         return cls(process=process, pid=pid, mount_namespace=namespace, prefix_path=prefix, handle=handle)
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
 
     def stop(self) -> None:
         """End the sandbox and every process in it (the PID namespace goes with its first

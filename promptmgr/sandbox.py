@@ -3,7 +3,7 @@
 Two scopes (``CLAUDE_SANDBOX_SCOPE``) share one policy:
 
 - ``run`` (opt-in): one bubblewrap sandbox per run, started by the app, which every
-  shell command of the run enters (``promptmgr.run_sandbox``, about 6 ms a command);
+  shell command of the run enters (``promptmgr.run_sandbox``, about 7 ms a command);
 - ``command`` (the default): Claude Code's own sandbox, a new one for each command (about 65 ms).
 
 Every run's CLI gets settings with ``--settings`` (the "flag" layer, above the
@@ -41,6 +41,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -264,23 +265,38 @@ def settings_argument(*, workdir: Path) -> str | None:
     return json.dumps(run_settings(workdir=workdir), separators=(",", ":"))
 
 
+def trusted_command() -> str:
+    """The ask-user MCP server's command line as the CLI hands it to a shell prefix: the
+    one program the run sandbox starts outside (it must reach the app and its secrets)."""
+    from .workspaces import mcp_server_entry
+
+    entry = mcp_server_entry()
+    return shlex.join([entry["command"], *entry["args"]])
+
+
 def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
     """Start the run's own sandbox (the ``run`` scope) with this module's policy:
-    ``denied_regions`` hidden, the private files under /dev/null, the working directory
-    and ``tmpdir`` writable, a worktree's git directories readable."""
+    ``denied_regions`` hidden (the scratch ones private to the run), the private files
+    under /dev/null, the working directory and ``tmpdir`` writable, a worktree's git
+    directories readable, ``HIDDEN_ENV`` out of every command's environment."""
     missing = [tool for tool in run_sandbox.REQUIRED_TOOLS if shutil.which(tool, path=path) is None]
     if missing:
         raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=f"{' and '.join(missing)} not installed"))
     root = _real(workdir)
+    policy = run_sandbox.Policy(
+        workdir=root,
+        tmpdir=tmpdir,
+        hidden=denied_regions(),
+        scratch=SCRATCH_DIRS,
+        files=[place for place, is_dir in private_places() if not is_dir],
+        readable=git_dirs(root),
+        hidden_env=HIDDEN_ENV,
+        trusted_command=trusted_command(),
+    )
+    bwrap = shutil.which("bwrap", path=path)
+    assert bwrap is not None  # checked above
     try:
-        return RunSandbox.start(
-            workdir=root,
-            tmpdir=tmpdir,
-            hidden=[region for region in denied_regions() if region.is_dir()],
-            files=[path for path, is_dir in private_places() if not is_dir],
-            readable=git_dirs(root),
-            path=path,
-        )
+        return RunSandbox.start(policy, bwrap=bwrap, path=path)
     except (OSError, RunSandboxError) as exc:
         raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None
 
@@ -343,27 +359,36 @@ class Confinement:
         run_tmp_close(self.tmpdir)
 
 
-def _confine(run_id: int, workdir: Path, path: str) -> Confinement:
-    scope = sandbox_scope()
-    if scope != "run":
-        if scope is not None:
-            check_available(path)
-        return Confinement(
-            run_id=run_id, settings=settings_argument(workdir=workdir), tmpdir=run_tmp_open(run_id)
-        )
+def run_scope_confinement(*, run_id: int, workdir: Path, path: str) -> Confinement:
+    """A run's confinement in the ``run`` scope: its temporary directory, its sandbox, and
+    the shell prefix that enters it, in the CLI's environment and pinned in the flag layer."""
     tmpdir = run_tmp_open(run_id)
+    held = None
     try:
         held = start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=path)
+        run_settings = run_scope_settings(workdir=workdir, shell_prefix=held.prefix)
+        return Confinement(
+            run_id=run_id,
+            settings=json.dumps(run_settings, separators=(",", ":")),
+            tmpdir=tmpdir,
+            env={"CLAUDE_CODE_SHELL_PREFIX": held.prefix},
+            sandbox=held,
+        )
     except BaseException:
+        if held is not None:
+            held.stop()
         run_tmp_close(tmpdir)
         raise
-    prefix = held.prefix
+
+
+def _confine(run_id: int, workdir: Path, path: str) -> Confinement:
+    scope = sandbox_scope()
+    if scope == "run":
+        return run_scope_confinement(run_id=run_id, workdir=workdir, path=path)
+    if scope is not None:
+        check_available(path)
     return Confinement(
-        run_id=run_id,
-        settings=json.dumps(run_scope_settings(workdir=workdir, shell_prefix=prefix), separators=(",", ":")),
-        tmpdir=tmpdir,
-        env={"CLAUDE_CODE_SHELL_PREFIX": prefix},
-        sandbox=held,
+        run_id=run_id, settings=settings_argument(workdir=workdir), tmpdir=run_tmp_open(run_id)
     )
 
 

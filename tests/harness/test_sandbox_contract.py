@@ -73,7 +73,12 @@ class Layout:
     scratch_file: Path
     tmpdir: Path
     scope: str = "command"
-    held: run_sandbox.RunSandbox | None = None
+    # The app's confinement of a run in the run scope (its sandbox, prefix and settings).
+    run_scope: sandbox.Confinement | None = None
+
+    @property
+    def held(self) -> run_sandbox.RunSandbox | None:
+        return self.run_scope.sandbox if self.run_scope is not None else None
 
     @property
     def root(self) -> Path:
@@ -97,9 +102,10 @@ class Layout:
 
     def confinement(self) -> dict[str, Any]:
         """The ``--settings`` the app gives a run in this layout's scope."""
-        if self.held is None:
+        if self.run_scope is None:
             return sandbox.run_settings(workdir=self.root)
-        return sandbox.run_scope_settings(workdir=self.root, shell_prefix=self.held.prefix)
+        assert self.run_scope.settings is not None
+        return dict(json.loads(self.run_scope.settings))
 
     def run(self, *steps: dict[str, Any], args: tuple[str, ...] = PROMPTED, confined: bool = True) -> CliRun:
         if confined:
@@ -151,15 +157,19 @@ def layout(
     if scope == "run":
         # The contract server is this layout's prompt tool, as the ask-user server is the
         # app's: the one MCP server the prefix starts outside the sandbox.
-        monkeypatch.setattr(run_sandbox, "trusted_command", lambda: shlex.join(SERVER_COMMAND))
-        layout.held = sandbox.start_run_sandbox(
-            workdir=workspace.root, tmpdir=tmpdir, path=workspace.env["PATH"]
+        monkeypatch.setattr(sandbox, "trusted_command", lambda: shlex.join(SERVER_COMMAND))
+        sandbox.run_tmp_close(tmpdir)  # the run scope's confinement makes its own
+        layout.run_scope = sandbox.run_scope_confinement(
+            run_id=1, workdir=workspace.root, path=workspace.env["PATH"]
         )
-        workspace.env["CLAUDE_CODE_SHELL_PREFIX"] = layout.held.prefix
+        layout.tmpdir = layout.run_scope.tmpdir
+        workspace.env["CLAUDE_CODE_TMPDIR"] = str(layout.tmpdir)
+        workspace.env.update(layout.run_scope.env)
     yield layout
-    if layout.held is not None:
-        layout.held.stop()
-    sandbox.run_tmp_close(tmpdir)
+    if layout.run_scope is not None:
+        layout.run_scope.close()
+    else:
+        sandbox.run_tmp_close(tmpdir)
 
 
 def texts(run: CliRun) -> list[str]:

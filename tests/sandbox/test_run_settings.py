@@ -188,7 +188,7 @@ def test_the_ask_user_server_the_workspace_registers_is_the_one_command_line_let
         "args": ["-P", "tee.py", "@flag", "/opt/py/bin/python", "-m", "x"],
     }
     # As the CLI hands a stdio server's command line to the shell prefix.
-    assert run_sandbox.trusted_command() == "/opt/py/bin/python -P tee.py @flag /opt/py/bin/python -m x"
+    assert sandbox.trusted_command() == "/opt/py/bin/python -P tee.py @flag /opt/py/bin/python -m x"
 
 
 @pytest.mark.parametrize("raw", ["python -m mcp_server", "[]", '["python", 3]', '[""]'])
