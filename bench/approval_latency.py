@@ -38,10 +38,9 @@ after ``--think-ms``, so the waiting side is parked when the decision comes, as 
    and the CLI's own share begins (reading the result, starting the shell, ``date``).
 
 Claude's tools run in the sandbox by default, so (2) then includes entering it: in the
-default ``run`` scope each command joins the run's own sandbox (about 6 ms here); with
-``CLAUDE_SANDBOX_SCOPE=command`` Claude Code builds a new one for each command (about
-65 ms); ``CLAUDE_SANDBOX=off`` measures the approval path alone. ``make bench`` runs all
-three.
+default ``command`` scope Claude Code builds a new sandbox for each command (about 65 ms);
+with ``CLAUDE_SANDBOX_SCOPE=run`` each command joins the run's own sandbox (about 7 ms);
+``CLAUDE_SANDBOX=off`` measures the approval path alone. ``make bench`` runs all three.
 
 ``--tap-relay`` also passes the MCP server's calls to the app through ``http_tee.py`` (the
 app's ``INTERNAL_BASE_URL``), which stamps relay-permission reaching the app and the deciding

@@ -269,7 +269,7 @@ CLAUDE_CLI_NICE = envint("CLAUDE_CLI_NICE", "10", minimum=0, maximum=19)
 # Claude's tools run in Claude Code's own sandbox (bubblewrap, see promptmgr/sandbox.py);
 # only an explicit off runs them unconfined (an empty value keeps the sandbox on).
 CLAUDE_SANDBOX = envbool("CLAUDE_SANDBOX", "on") if os.environ.get("CLAUDE_SANDBOX", "").strip() else True
-# "run": one sandbox per run that every command enters (about 6 ms a command); "command":
+# "run": one sandbox per run that every command enters (about 7 ms a command); "command":
 # Claude Code's own sandbox, a new one per command (about 65 ms). Same policy.
 CLAUDE_SANDBOX_SCOPE = envchoice("CLAUDE_SANDBOX_SCOPE", "command", choices=("run", "command"))
 

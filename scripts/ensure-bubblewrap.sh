@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Make sure the sandbox can run: bubblewrap (bwrap), util-linux's nsenter and setpriv (the
-# run's own sandbox, the default scope) and socat (Claude Code's sandbox per command).
+# Make sure the sandbox can run: bubblewrap (bwrap), socat (Claude Code's sandbox per
+# command, the default scope) and util-linux's nsenter and setpriv (the run's own sandbox).
 # Runs refuse to start without them unless CLAUDE_SANDBOX=off (see README).
 set -euo pipefail
 
