@@ -20,7 +20,7 @@ import pytest
 import redis
 import uvicorn
 
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, new_context, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -352,8 +352,7 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context()
-    context.set_default_timeout(15_000)
+    context = new_context(browser)
     page = context.new_page()
     yield page
     context.close()

@@ -246,3 +246,20 @@ def allow_in_workspace(project: Any, *rules: str) -> None:
     data = _json.loads(path.read_text())
     data["permissions"]["allow"] += list(rules)
     path.write_text(_json.dumps(data))
+
+
+# How long a page test waits for something to appear, for Playwright's actions and its
+# expect() alike (expect's own default is 5 s). A run's first event comes after the CLI and
+# its ask-user server have started: about 3 s alone here, 6 s with two test workers sharing
+# 2 cores. Passing waits end as soon as the page is right; speed is the benchmarks' job.
+PAGE_WAIT_MS = 15_000
+
+
+def new_context(browser: Any, **options: Any) -> Any:
+    """A browser context whose actions, and every expect(), wait up to PAGE_WAIT_MS."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=PAGE_WAIT_MS)
+    context = browser.new_context(**options)
+    context.set_default_timeout(PAGE_WAIT_MS)
+    return context

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from playwright.sync_api import expect
+
 PROMPT = "#chat-prompt"
 
 OpenChat = Callable[[Any], Any]
@@ -13,6 +15,12 @@ OpenChat = Callable[[Any], Any]
 def send_prompt(page: Any, text: str) -> None:
     page.fill(PROMPT, text)
     page.press(PROMPT, "Enter")
+
+
+def wait_until_the_run_ended(page: Any, status: str = "Completed") -> None:
+    """The run is over, not only its last words shown: a message sent before then goes into
+    the running turn (issue 20), not into a next run of the conversation."""
+    expect(page.locator("[data-role=status]")).to_have_text(status)
 
 
 def last_reply(page: Any) -> Any:

@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from promptmgr.models import Conversation
 from tests.helpers import make_project, script
-from tests.pages.chat import PROMPT, OpenChat, last_reply, send_prompt
+from tests.pages.chat import PROMPT, OpenChat, last_reply, send_prompt, wait_until_the_run_ended
 
 pytestmark = pytest.mark.browser
 
@@ -55,7 +55,7 @@ def test_the_next_prompt_continues_the_same_conversation(open_chat: OpenChat, al
     page = open_chat(project)
     send_prompt(page, script({"text": "First answer."}))
     expect(last_reply(page)).to_have_text("First answer.")
-    expect(page.locator(PROMPT)).to_be_enabled()
+    wait_until_the_run_ended(page)
 
     send_prompt(page, script({"text": "Second answer."}))
 

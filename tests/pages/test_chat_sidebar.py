@@ -71,9 +71,9 @@ def test_a_colleagues_question_in_another_conversation_shows_up_without_a_reload
     next_question(colleague, started["events_url"])
 
     # Nothing on alice's page changes by itself: only the sidebar's poll can bring it.
-    expect(page.locator(CHIPS)).to_have_text("Waiting for you", timeout=15_000)
+    expect(page.locator(CHIPS)).to_have_text("Waiting for you")
 
     assert colleague.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
     read_sse(colleague, started["events_url"])
-    expect(page.locator(CHIPS)).to_have_count(0, timeout=15_000)
+    expect(page.locator(CHIPS)).to_have_count(0)
     expect(page.locator(".chat-conversation")).to_have_count(1)

@@ -18,6 +18,7 @@ from tests.pages.chat import (
     release_events,
     send_prompt,
     wait_until_claude_went_on,
+    wait_until_the_run_ended,
 )
 
 pytestmark = pytest.mark.browser
@@ -460,7 +461,7 @@ def test_notification_permission_is_asked_once_and_a_question_notifies(
     ]
     page.keyboard.press("1")
     page.keyboard.press("Enter")
-    expect(page.locator(PROMPT)).to_be_enabled()
+    wait_until_the_run_ended(page)
     send_prompt(page, script({"text": "again"}))
     expect(last_reply(page)).to_have_text("again")
     assert page.evaluate("window.__asked") == 1

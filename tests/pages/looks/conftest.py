@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import new_context
+
 VIEWPORTS: dict[str, dict[str, Any]] = {
     "desktop": {"viewport": {"width": 1280, "height": 800}},
     "phone": {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True},
@@ -29,8 +31,7 @@ def look(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def page(browser: Any, look: str) -> Iterator[Any]:
     width, scheme = look.split("-")
-    context = browser.new_context(color_scheme=scheme, **VIEWPORTS[width])
-    context.set_default_timeout(15_000)
+    context = new_context(browser, color_scheme=scheme, **VIEWPORTS[width])
     page = context.new_page()
     # Chromium reports every blocked script, style or handler on the console, on any page loaded.
     violations: list[str] = []
