@@ -358,6 +358,11 @@ class Confinement:
             self.sandbox.stop()
         run_tmp_close(self.tmpdir)
 
+    async def aclose(self) -> None:
+        """``close`` off the event loop: removing what a run left in its temporary directory,
+        and waiting for its sandbox to end, would otherwise hold every stream of the worker."""
+        await asyncio.to_thread(self.close)
+
 
 def run_scope_confinement(*, run_id: int, workdir: Path, path: str) -> Confinement:
     """A run's confinement in the ``run`` scope: its temporary directory, its sandbox, and

@@ -72,7 +72,7 @@ class CLITurn:
         if self._relay is not None:
             relay, self._relay = self._relay, None
             await askuser.relay_close(relay)
-        self._confinement.close()
+        await self._confinement.aclose()
         return code
 
     def stderr_tail(self, limit: int = 4000) -> str:
@@ -126,7 +126,7 @@ async def start_turn(request: TurnRequest) -> CLITurn:
         # No turn will close the relay session: its secrets go now.
         if relay is not None:
             await askuser.relay_close(relay)
-        confinement.close()
+        await confinement.aclose()
         raise
     turn = CLITurn(process, ask_user=ask_user, relay=relay, confinement=confinement)
     await turn.input.send_prompt(request.prompt, request.prompt_id)

@@ -317,7 +317,7 @@ class SDKTurn:
         # The CLI's group and the groups seen below it go too, whatever the SDK left.
         process = self.transport.process
         self._exit_code = -1 if process is None else await process.stop()
-        self._confinement.close()
+        await self._confinement.aclose()
         return self._exit_code
 
     def stderr_tail(self, limit: int = 4000) -> str:
@@ -340,5 +340,5 @@ async def start_turn(request: TurnRequest) -> SDKTurn:
             prompt_id=request.prompt_id,
         )
     except BaseException:
-        confinement.close()
+        await confinement.aclose()
         raise

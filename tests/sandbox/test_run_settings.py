@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +170,36 @@ def test_in_the_run_scope_the_clis_sandbox_is_off_and_the_prefix_is_pinned_in_th
         confinement.close()
     assert not confinement.tmpdir.exists()
     assert not Path(prefix).exists()
+
+
+def test_a_run_ends_its_confinement_off_the_event_loop(
+    workdir: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Removing what a run left in its temporary directory can take long: on the event loop,
+    # it would hold every other stream of the worker.
+    settings.CLAUDE_SANDBOX_SCOPE = "run"
+    confinement = sandbox._confine(9, workdir, child_path())
+    assert confinement.sandbox is not None
+    prefix = confinement.sandbox.prefix_path
+    closed_in: list[threading.Thread] = []
+    remove = sandbox.run_tmp_close
+
+    def remove_noting_the_thread(path: Path) -> None:
+        closed_in.append(threading.current_thread())
+        remove(path)
+
+    monkeypatch.setattr(sandbox, "run_tmp_close", remove_noting_the_thread)
+
+    async def end_run() -> threading.Thread:
+        await confinement.aclose()
+        return threading.current_thread()
+
+    loop_thread = asyncio.run(end_run())
+
+    assert len(closed_in) == 1
+    assert closed_in[0] is not loop_thread
+    assert not confinement.tmpdir.exists()
+    assert not prefix.exists()
 
 
 def test_the_ask_user_server_the_workspace_registers_is_the_one_command_line_let_out(settings: Any) -> None:
