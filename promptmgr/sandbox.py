@@ -2,8 +2,9 @@
 
 Two scopes (``CLAUDE_SANDBOX_SCOPE``) share one policy:
 
-- ``run`` (opt-in): one bubblewrap sandbox per run, started by the app, which every
-  shell command of the run enters (``promptmgr.run_sandbox``, about 7 ms a command);
+- ``run`` (opt-in: its commands get no network): one bubblewrap sandbox per run, started
+  by the app, which every shell command of the run enters (``promptmgr.run_sandbox``,
+  about 7 ms a command);
 - ``command`` (the default): Claude Code's own sandbox, a new one for each command (about 65 ms).
 
 Every run's CLI gets settings with ``--settings`` (the "flag" layer, above the

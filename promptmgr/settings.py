@@ -269,8 +269,9 @@ CLAUDE_CLI_NICE = envint("CLAUDE_CLI_NICE", "10", minimum=0, maximum=19)
 # Claude's tools run in Claude Code's own sandbox (bubblewrap, see promptmgr/sandbox.py);
 # only an explicit off runs them unconfined (an empty value keeps the sandbox on).
 CLAUDE_SANDBOX = envbool("CLAUDE_SANDBOX", "on") if os.environ.get("CLAUDE_SANDBOX", "").strip() else True
-# "run": one sandbox per run that every command enters (about 7 ms a command); "command":
-# Claude Code's own sandbox, a new one per command (about 65 ms). Same policy.
+# "run": one sandbox per run that every command enters (about 7 ms a command, no network);
+# "command": Claude Code's own sandbox, a new one per command (about 65 ms; off-machine
+# hosts through the CLI's proxy). Same filesystem policy.
 CLAUDE_SANDBOX_SCOPE = envchoice("CLAUDE_SANDBOX_SCOPE", "command", choices=("run", "command"))
 
 ASK_USER_ENABLED = envbool("ASK_USER_ENABLED", "true")
