@@ -163,9 +163,10 @@ def sandbox_cost(stack: harness.Stack, runs: int) -> list[list[str]]:
     project = stack.project()
     workdir = workspace_path(project)
     sandbox.check_available(child_path())
-    tmpdir = sandbox.run_tmp_open(0)
+    # The runs outside the run scope get a temporary directory of their own, as the app's do.
+    confinement = sandbox.Confinement(run_id=0, settings=None, tmpdir=sandbox.run_tmp_open(0))
     try:
-        env = child_env(ask_user_config=None, ask_user_timeout=None, tmpdir=tmpdir)
+        env = child_env(ask_user_config=None, ask_user_timeout=None) | confinement.cli_env
         cli = find_claude_cli()
         plain = build_command(cli=cli, project=project)
         per_command = build_command(
@@ -180,7 +181,7 @@ def sandbox_cost(stack: harness.Stack, runs: int) -> list[list[str]]:
             in_run.append(run_scope_ms(cli, project, workdir, env))
             in_command.append(cli_run_ms(per_command, env, workdir))
     finally:
-        sandbox.run_tmp_close(tmpdir)
+        confinement.close()
 
     def per_call(values: list[float]) -> list[float]:
         return [(b - a) / BASH_CALLS for a, b in zip(off, values, strict=True)]
@@ -205,8 +206,7 @@ def run_scope_ms(cli: str, project: Any, workdir: Path, env: dict[str, str]) -> 
     try:
         command = build_command(cli=cli, project=project, run_settings=confinement.settings)
         started = (time.monotonic_ns() - start) / 1e6
-        run_env = {**env, "CLAUDE_CODE_TMPDIR": str(confinement.tmpdir), **confinement.env}
-        return started + cli_run_ms(command, run_env, workdir)
+        return started + cli_run_ms(command, env | confinement.cli_env, workdir)
     finally:
         confinement.close()
 

@@ -103,18 +103,13 @@ def child_path() -> str:
     return os.environ.get("PATH") or DEFAULT_PATH
 
 
-def child_env(
-    *, ask_user_config: Path | None, ask_user_timeout: int | None, tmpdir: Path | None = None
-) -> dict[str, str]:
-    """The allowlisted environment of a CLI run (and of the MCP server it spawns).
-
-    ``tmpdir`` is the run's own temporary directory (``sandbox.run_tmp_open``)."""
+def child_env(*, ask_user_config: Path | None, ask_user_timeout: int | None) -> dict[str, str]:
+    """The allowlisted environment of a CLI run (and of the MCP server it spawns); a confined
+    run adds its confinement's (``sandbox.Confinement.cli_env``)."""
     env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
     env["PATH"] = child_path()
     env.setdefault("LANG", "C.UTF-8")
     env["HOME"] = str(claude_home())
-    if tmpdir is not None:
-        env["CLAUDE_CODE_TMPDIR"] = str(tmpdir)
     env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] = "1"
     env["DISABLE_AUTOUPDATER"] = "1"
     if settings.ANTHROPIC_API_KEY:

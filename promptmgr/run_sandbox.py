@@ -33,9 +33,10 @@ command never matches it: the CLI wraps each one in its own script.
 Each run's prefix is a script of its own under ``VAR_DIR`` (the CLI spawns an MCP server
 with the prefix as its program, so it can take no arguments). It names the sandbox by its
 first process's PID and checks, before entering, for a marker directory only that sandbox
-has, so a PID reused after the sandbox ended is never entered. The prefix is set in the CLI's environment and in the
-flag layer of its settings (``env``), which a workspace's own settings cannot override
-(``tests/harness/test_sandbox_contract.py`` pins what this module relies on).
+has, so a PID reused after the sandbox ended is never entered. The prefix is set in the
+CLI's environment and in the flag layer of its settings (``env``), which a workspace's own
+settings cannot override (``tests/harness/test_sandbox_contract.py`` pins what this module
+relies on).
 """
 
 from __future__ import annotations
@@ -209,7 +210,6 @@ class RunSandbox:
 
     process: subprocess.Popen[bytes]
     pid: int
-    mount_namespace: int
     prefix_path: Path
     # A pidfd of the sandbox's first process (no PID reuse can redirect the kill).
     handle: int = -1
@@ -270,7 +270,7 @@ class RunSandbox:
         except BaseException:
             _kill(process)
             raise
-        return cls(process=process, pid=pid, mount_namespace=namespace, prefix_path=prefix, handle=handle)
+        return cls(process=process, pid=pid, prefix_path=prefix, handle=handle)
 
     def stop(self) -> None:
         """End the sandbox and every process in it (the PID namespace goes with its first

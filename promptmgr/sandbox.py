@@ -280,8 +280,10 @@ def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
     ``denied_regions`` hidden (the scratch ones private to the run), the private files
     under /dev/null, the working directory and ``tmpdir`` writable, a worktree's git
     directories readable, ``HIDDEN_ENV`` out of every command's environment."""
-    missing = [tool for tool in run_sandbox.REQUIRED_TOOLS if shutil.which(tool, path=path) is None]
-    if missing:
+    found = {tool: shutil.which(tool, path=path) for tool in run_sandbox.REQUIRED_TOOLS}
+    missing = [tool for tool, program in found.items() if program is None]
+    bwrap = found["bwrap"]
+    if missing or bwrap is None:
         raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=f"{' and '.join(missing)} not installed"))
     root = _real(workdir)
     policy = run_sandbox.Policy(
@@ -294,8 +296,6 @@ def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
         hidden_env=HIDDEN_ENV,
         trusted_command=trusted_command(),
     )
-    bwrap = shutil.which("bwrap", path=path)
-    assert bwrap is not None  # checked above
     try:
         return RunSandbox.start(policy, bwrap=bwrap, path=path)
     except (OSError, RunSandboxError) as exc:
@@ -358,6 +358,12 @@ class Confinement:
         if self.sandbox is not None:
             self.sandbox.stop()
         run_tmp_close(self.tmpdir)
+
+    @property
+    def cli_env(self) -> dict[str, str]:
+        """What the confinement adds to its run's CLI environment: the run's temporary
+        directory and, in the ``run`` scope, the shell prefix."""
+        return {"CLAUDE_CODE_TMPDIR": str(self.tmpdir), **self.env}
 
     async def aclose(self) -> None:
         """``close`` off the event loop: removing what a run left in its temporary directory,

@@ -111,9 +111,8 @@ async def start_turn(request: TurnRequest) -> CLITurn:
             child_env(
                 ask_user_config=relay.config_path if relay is not None else None,
                 ask_user_timeout=project.ask_user_timeout,
-                tmpdir=confinement.tmpdir,
             )
-            | confinement.env
+            | confinement.cli_env
         )
         process = await ManagedProcess.spawn(
             command,

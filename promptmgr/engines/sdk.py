@@ -96,8 +96,7 @@ def sdk_options(
         permission_mode=cast(SDKPermissionMode, project.permission_mode),
         # Claude Code's own system prompt, as the CLI engine has it (the SDK default is empty).
         system_prompt={"type": "preset", "preset": "claude_code"},
-        env=child_env(ask_user_config=None, ask_user_timeout=None, tmpdir=confinement.tmpdir)
-        | confinement.env,
+        env=child_env(ask_user_config=None, ask_user_timeout=None) | confinement.cli_env,
         # The sandbox's settings, as the CLI engine passes them (``--settings``).
         settings=confinement.settings,
         include_partial_messages=True,

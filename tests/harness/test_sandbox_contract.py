@@ -135,8 +135,16 @@ def layout(
     workspace = Workspace(storage / "projects" / "1", claude_cli)
     workspace.register_in_mcp_json()
     workspace.decide_by_table(*ALLOW_EVERYTHING)
-    tmpdir = sandbox.run_tmp_open(1)
-    workspace.env["CLAUDE_CODE_TMPDIR"] = str(tmpdir)
+    if scope == "run":
+        # The contract server is this layout's prompt tool, as the ask-user server is the
+        # app's: the one MCP server the prefix starts outside the sandbox.
+        monkeypatch.setattr(sandbox, "trusted_command", lambda: shlex.join(SERVER_COMMAND))
+        confinement = sandbox.run_scope_confinement(
+            run_id=1, workdir=workspace.root, path=workspace.env["PATH"]
+        )
+    else:
+        confinement = sandbox.Confinement(run_id=1, settings=None, tmpdir=sandbox.run_tmp_open(1))
+    workspace.env.update(confinement.cli_env)
     # A server and a run of its own would set these; a sandboxed command must see neither.
     workspace.env["ASK_USER_CONFIG"] = str(Path(settings.RUN_SECRETS_DIR) / "run-1-aa" / "ask-user.json")
     layout = Layout(
@@ -151,25 +159,12 @@ def layout(
         ),
         var_file=write(tmp_path / "var" / "state.txt", "canary-var-dir"),
         scratch_file=write(tmp_path / "scratch" / "note.txt", "canary-scratch"),
-        tmpdir=tmpdir,
+        tmpdir=confinement.tmpdir,
         scope=scope,
+        run_scope=confinement if scope == "run" else None,
     )
-    if scope == "run":
-        # The contract server is this layout's prompt tool, as the ask-user server is the
-        # app's: the one MCP server the prefix starts outside the sandbox.
-        monkeypatch.setattr(sandbox, "trusted_command", lambda: shlex.join(SERVER_COMMAND))
-        sandbox.run_tmp_close(tmpdir)  # the run scope's confinement makes its own
-        layout.run_scope = sandbox.run_scope_confinement(
-            run_id=1, workdir=workspace.root, path=workspace.env["PATH"]
-        )
-        layout.tmpdir = layout.run_scope.tmpdir
-        workspace.env["CLAUDE_CODE_TMPDIR"] = str(layout.tmpdir)
-        workspace.env.update(layout.run_scope.env)
     yield layout
-    if layout.run_scope is not None:
-        layout.run_scope.close()
-    else:
-        sandbox.run_tmp_close(tmpdir)
+    confinement.close()
 
 
 def texts(run: CliRun) -> list[str]:

@@ -17,10 +17,10 @@ def send_prompt(page: Any, text: str) -> None:
     page.press(PROMPT, "Enter")
 
 
-def wait_until_the_run_ended(page: Any, status: str = "Completed") -> None:
+def wait_until_the_run_ended(page: Any) -> None:
     """The run is over, not only its last words shown: a message sent before then goes into
     the running turn (issue 20), not into a next run of the conversation."""
-    expect(page.locator("[data-role=status]")).to_have_text(status)
+    expect(page.locator("[data-role=status]")).to_have_text("Completed")
 
 
 def last_reply(page: Any) -> Any:

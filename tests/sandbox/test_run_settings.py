@@ -173,12 +173,11 @@ def test_in_the_run_scope_the_clis_sandbox_is_off_and_the_prefix_is_pinned_in_th
 
 
 def test_a_run_ends_its_confinement_off_the_event_loop(
-    workdir: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Removing what a run left in its temporary directory can take long: on the event loop,
     # it would hold every other stream of the worker.
-    settings.CLAUDE_SANDBOX_SCOPE = "run"
-    confinement = sandbox._confine(9, workdir, child_path())
+    confinement = sandbox.run_scope_confinement(run_id=9, workdir=workdir, path=child_path())
     assert confinement.sandbox is not None
     prefix = confinement.sandbox.prefix_path
     closed_in: list[threading.Thread] = []
