@@ -6,12 +6,12 @@ mask, assembles some 300 arguments, starts bubblewrap and two socat proxies, and
 them. That costs about 65 ms before each approved command starts (``bench/approval_latency.py``),
 three times the time budget of the whole decision -> tool path.
 
-In the ``run`` scope (opt-in, ``CLAUDE_SANDBOX_SCOPE=run``) the app starts one sandbox when
-the run starts (``RunSandbox.start``), a long-lived ``sleep`` under bubblewrap with the same
-policy, and the CLI runs each shell command through ``CLAUDE_CODE_SHELL_PREFIX``: a small
-shell script of the run's own (``write_prefix``) that joins the sandbox's namespaces with
-``nsenter``, drops every capability with ``setpriv`` and runs the command there, about
-7 ms. The policy (``Policy``, filled in by ``sandbox.start_run_sandbox``):
+In the ``run`` scope (``CLAUDE_SANDBOX_SCOPE=run``) the app starts one sandbox when the run
+starts (``RunSandbox.start``, which returns once commands can enter it), a long-lived
+``sleep`` under bubblewrap with the same policy, and the CLI runs each shell command
+through ``CLAUDE_CODE_SHELL_PREFIX``: a small shell script of the run's own
+(``write_prefix``) that joins the sandbox's namespaces with ``nsenter``, drops every
+capability with ``setpriv`` and runs the command there, about 7 ms. The policy (``Policy``, filled in by ``sandbox.start_run_sandbox``):
 
 - the host's root read-only; ``/tmp``, ``/var/tmp``, ``/dev/shm`` private to the run (empty
   and writable, gone with the run); the server's home, the app's code, ``VAR_DIR``,
@@ -22,6 +22,10 @@ shell script of the run's own (``write_prefix``) that joins the sandbox's namesp
   worktree's git directories read-only;
 - its own ``/proc`` (the run's commands only), ``/dev``, network (a loopback of its own: no
   host, no Redis, no app), IPC, UTS and user namespace; no capabilities, ``no_new_privs``;
+- the network through the run's egress proxy (``promptmgr.egress``, outside, one process
+  per run), which never opens this server or a private network: ``socat`` in the sandbox
+  passes ``127.0.0.1:3128`` to the proxy's socket, and every command gets ``HTTP_PROXY``
+  and ``HTTPS_PROXY`` pointing there (``NO_PROXY`` keeps the sandbox's own loopback direct);
 - the API key, ``ASK_USER_CONFIG`` and the CLI's messaging socket and token out of every
   command's environment, and the messaging socket's directory hidden.
 
@@ -48,13 +52,18 @@ import secrets
 import select
 import shlex
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from django.conf import settings
+
+from . import egress
 
 # Where local servers keep their sockets (PostgreSQL's, a container runtime's): a unix
 # socket on a read-only mount still accepts connections, so these are hidden.
@@ -63,7 +72,24 @@ SOCKET_DIRS = (Path("/run"), Path("/var/run"))
 # the CLI); the socket's directory, inside the run's temporary directory, is hidden too.
 MESSAGING_ENV = ("CLAUDE_CODE_MESSAGING_TOKEN", "CLAUDE_CODE_MESSAGING_SOCKET")
 MESSAGING_DIR = "cc-socks"
-REQUIRED_TOOLS = ("bwrap", "nsenter", "setpriv")
+REQUIRED_TOOLS = ("bwrap", "nsenter", "setpriv", "socat")
+# The run's egress (promptmgr.egress): its socket's directory in the run's temporary
+# directory (read-only inside), and what a command's environment says of it.
+EGRESS_DIR = "egress"
+EGRESS_SOCKET = "socket"
+PROXY_URL = f"http://127.0.0.1:{egress.PORT}"
+NO_PROXY = "localhost,127.0.0.1,::1"
+# The sandbox's first process: socat passes the commands' proxy connections (its own
+# loopback) to the egress socket; once it listens, the shell says so on the ready pipe ($3)
+# and becomes the sleep that holds the sandbox.
+SANDBOX_INIT = """
+socat -lf /dev/null "TCP-LISTEN:$1,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:$2" &
+until (exec 9<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do :; done
+printf ready >&"$3"
+eval "exec $3>&-"
+exec sleep infinity
+"""
+READY = b"ready"
 START_TIMEOUT = 10.0
 STOP_TIMEOUT = 5.0
 MSG_ENDED = "This run's sandbox has ended; the command did not run."
@@ -89,6 +115,7 @@ if [ ! -d /proc/{pid}/root{marker} ]; then
     exit 126
 fi
 unset {unset}
+export HTTP_PROXY={proxy} HTTPS_PROXY={proxy} http_proxy={proxy} https_proxy={proxy} NO_PROXY={no_proxy} no_proxy={no_proxy}
 exec nsenter --target {pid} --user --mount --net --pid --ipc --uts --cgroup --preserve-credentials -- \\
     setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all --no-new-privs -- \\
     /bin/bash -c 'cd -- "$1" || exit 126; eval "$2"' bash "$PWD" "$1"
@@ -110,7 +137,8 @@ class Policy:
     ``hidden`` directories are emptied (``scratch`` ones stay writable, the rest read-only),
     ``files`` lie under /dev/null, ``readable`` is bound back read-only, ``workdir`` and
     ``tmpdir`` writable; ``hidden_env`` never reaches a command; ``trusted_command`` is the
-    one command line (the ask-user MCP server's) the prefix runs outside."""
+    one command line (the ask-user MCP server's) the prefix runs outside; the egress
+    reaches public addresses and ``egress_allow``."""
 
     workdir: Path
     tmpdir: Path
@@ -120,6 +148,8 @@ class Policy:
     readable: list[Path]
     hidden_env: tuple[str, ...]
     trusted_command: str
+    # Networks (CIDR) the egress opens besides the public addresses.
+    egress_allow: tuple[str, ...] = ()
 
 
 def prefix_script(policy: Policy, *, pid: int, marker: str) -> str:
@@ -129,6 +159,8 @@ def prefix_script(policy: Policy, *, pid: int, marker: str) -> str:
         marker=marker,
         ended=shlex.quote(MSG_ENDED),
         unset=" ".join((*policy.hidden_env, *MESSAGING_ENV)),
+        proxy=shlex.quote(PROXY_URL),
+        no_proxy=shlex.quote(NO_PROXY),
     )
 
 
@@ -197,6 +229,9 @@ def mount_arguments(policy: Policy) -> list[str]:
     args += ["--bind", str(workdir), str(workdir), "--bind", str(tmpdir), str(tmpdir)]
     messaging = str(tmpdir / MESSAGING_DIR)
     args += ["--tmpfs", messaging, "--remount-ro", messaging]
+    # A unix socket on a read-only mount still accepts connections; no command can replace it.
+    egress_dir = str(tmpdir / EGRESS_DIR)
+    args += ["--ro-bind", egress_dir, egress_dir]
     scratch = {_real(path) for path in policy.scratch}
     for region in covered:
         if region not in scratch:
@@ -211,6 +246,8 @@ class RunSandbox:
     process: subprocess.Popen[bytes]
     pid: int
     prefix_path: Path
+    # The run's egress proxy (``promptmgr.egress``), outside the sandbox.
+    egress: subprocess.Popen[bytes] | None = None
     # A pidfd of the sandbox's first process (no PID reuse can redirect the kill).
     handle: int = -1
 
@@ -223,11 +260,15 @@ class RunSandbox:
     def start(cls, policy: Policy, *, bwrap: str, path: str) -> RunSandbox:
         """Start the sandbox with ``bwrap`` (a program on the CLI's ``path``)."""
         (policy.tmpdir / MESSAGING_DIR).mkdir(mode=0o700, exist_ok=True)
+        egress_socket = policy.tmpdir / EGRESS_DIR / EGRESS_SOCKET
+        egress_socket.parent.mkdir(mode=0o700, exist_ok=True)
         # A directory only this sandbox has (a mount point: no command can remove it), in
         # its private /tmp.
         marker = f"/tmp/.pm-sandbox-{secrets.token_hex(8)}"
         mounts = mount_arguments(policy)
+        proxy = start_egress(egress_socket, allow=policy.egress_allow)
         read_end, write_end = os.pipe()
+        ready_read, ready_write = os.pipe()
         try:
             process = subprocess.Popen(
                 [
@@ -247,30 +288,43 @@ class RunSandbox:
                     "--info-fd",
                     str(write_end),
                     "--",
-                    "sleep",
-                    "infinity",
+                    "/bin/bash",
+                    "-c",
+                    SANDBOX_INIT,
+                    "bash",
+                    str(egress.PORT),
+                    str(egress_socket),
+                    str(ready_write),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                pass_fds=(write_end,),
+                pass_fds=(write_end, ready_write),
                 env={"PATH": path},
                 start_new_session=True,
             )
+        except BaseException:
+            _end_egress(proxy)
+            raise
         finally:
             os.close(write_end)
+            os.close(ready_write)
         try:
             info = _read_info(read_end, process)
-        finally:
-            os.close(read_end)
-        pid, namespace = int(info["child-pid"]), int(info["mnt-namespace"])
-        try:
+            pid, namespace = int(info["child-pid"]), int(info["mnt-namespace"])
+            # bubblewrap reports the sandbox as it begins setting it up; commands may enter
+            # once its first process has the egress listening.
+            _wait_ready(ready_read, process)
             handle = _open_first_process(pid, namespace)
             prefix = write_prefix(policy, pid=pid, mount_namespace=namespace, marker=marker)
         except BaseException:
             _kill(process)
+            _end_egress(proxy)
             raise
-        return cls(process=process, pid=pid, prefix_path=prefix, handle=handle)
+        finally:
+            os.close(read_end)
+            os.close(ready_read)
+        return cls(process=process, pid=pid, prefix_path=prefix, egress=proxy, handle=handle)
 
     def stop(self) -> None:
         """End the sandbox and every process in it (the PID namespace goes with its first
@@ -286,6 +340,48 @@ class RunSandbox:
             os.close(self.handle)
             self.handle = -1
         _kill(self.process)
+        if self.egress is not None:
+            _end_egress(self.egress)
+            self.egress = None
+
+
+def start_egress(socket_path: Path, *, allow: tuple[str, ...]) -> subprocess.Popen[bytes]:
+    """The run's egress proxy (``promptmgr.egress``) serving a unix socket bound here, so
+    it accepts connections from the start. It ends when its standard input closes, which
+    this process holds open: a worker that dies takes its runs' proxies with it."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(socket_path))
+        listener.listen(128)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "promptmgr.egress",
+                "--fd",
+                str(listener.fileno()),
+                *(f"--allow={network}" for network in allow),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            pass_fds=(listener.fileno(),),
+            # Nothing of the worker's environment (its keys): the proxy needs none.
+            env={},
+            start_new_session=True,
+        )
+    finally:
+        listener.close()
+
+
+def _end_egress(process: subprocess.Popen[bytes]) -> None:
+    # The run is over: whatever it still had open through the proxy ends with it.
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    process.wait()
+    if process.stdin is not None:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
 
 
 def _open_first_process(pid: int, mount_namespace: int) -> int:
@@ -310,6 +406,29 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
         process.stderr.close()
 
 
+def _wait_ready(fd: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    data = b""
+    while READY not in data and (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 64)
+        if not chunk:
+            break
+        data += chunk
+    if READY not in data:
+        _failed(process, "the sandbox did not become ready")
+
+
+def _failed(process: subprocess.Popen[bytes], fallback: str) -> NoReturn:
+    """Raise ``RunSandboxError`` with bubblewrap's last word (it is killed first)."""
+    process.kill()
+    process.wait()
+    detail = (process.stderr.read() if process.stderr else b"").decode("utf-8", "replace").strip()
+    raise RunSandboxError(detail.splitlines()[-1] if detail else fallback)
+
+
 def _read_info(fd: int, process: subprocess.Popen[bytes]) -> dict[str, int]:
     """bubblewrap's ``--info-fd`` JSON, written once the sandbox is set up (EOF without it:
     bubblewrap failed, and its stderr says why)."""
@@ -327,7 +446,4 @@ def _read_info(fd: int, process: subprocess.Popen[bytes]) -> dict[str, int]:
             info = json.loads(data)
             if isinstance(info, dict) and "child-pid" in info and "mnt-namespace" in info:
                 return info
-    process.kill()
-    process.wait()
-    detail = (process.stderr.read() if process.stderr else b"").decode("utf-8", "replace").strip()
-    raise RunSandboxError(detail.splitlines()[-1] if detail else "bubblewrap did not start the sandbox")
+    _failed(process, "bubblewrap did not start the sandbox")

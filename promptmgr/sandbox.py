@@ -295,6 +295,7 @@ def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
         readable=git_dirs(root),
         hidden_env=HIDDEN_ENV,
         trusted_command=trusted_command(),
+        egress_allow=tuple(settings.CLAUDE_SANDBOX_EGRESS_ALLOW),
     )
     try:
         return RunSandbox.start(policy, bwrap=bwrap, path=path)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import ipaddress
 import json
 import os
 import sys
@@ -84,6 +85,18 @@ def envschemes(name: str, default: str, *, known: set[str], refused: set[str]) -
             f"{name} must list some of {', '.join(sorted(known))} (comma-separated), not {raw!r}"
         )
     return values
+
+
+def envnetworks(name: str) -> tuple[str, ...]:
+    """A comma-separated list of IP networks in CIDR form (``10.1.2.0/24,fd00::/8``); empty when unset."""
+    raw = os.environ.get(name, "")
+    values = tuple(v.strip() for v in raw.split(",") if v.strip())
+    try:
+        return tuple(str(ipaddress.ip_network(v, strict=False)) for v in values)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"{name} must list IP networks in CIDR form (comma-separated), not {raw!r}"
+        ) from None
 
 
 def envfernetkey(name: str, *, derived_from: str) -> str:
@@ -269,10 +282,13 @@ CLAUDE_CLI_NICE = envint("CLAUDE_CLI_NICE", "10", minimum=0, maximum=19)
 # Claude's tools run in Claude Code's own sandbox (bubblewrap, see promptmgr/sandbox.py);
 # only an explicit off runs them unconfined (an empty value keeps the sandbox on).
 CLAUDE_SANDBOX = envbool("CLAUDE_SANDBOX", "on") if os.environ.get("CLAUDE_SANDBOX", "").strip() else True
-# "run": one sandbox per run that every command enters (about 7 ms a command, no network);
-# "command": Claude Code's own sandbox, a new one per command (about 65 ms; off-machine
-# hosts through the CLI's proxy). Same filesystem policy.
+# "run": one sandbox per run that every command enters (about 7 ms a command);
+# "command": Claude Code's own sandbox, a new one per command (about 65 ms). Same
+# filesystem policy; both reach off-machine hosts through a proxy, never the server's loopback.
 CLAUDE_SANDBOX_SCOPE = envchoice("CLAUDE_SANDBOX_SCOPE", "command", choices=("run", "command"))
+# Networks that are not public but that the run scope's commands may reach all the same
+# (a private package registry's); the loopback, private and link-local ones are closed otherwise.
+CLAUDE_SANDBOX_EGRESS_ALLOW = envnetworks("CLAUDE_SANDBOX_EGRESS_ALLOW")
 
 ASK_USER_ENABLED = envbool("ASK_USER_ENABLED", "true")
 # How the CLI starts the ask-user MCP server (a JSON list: program and arguments). An

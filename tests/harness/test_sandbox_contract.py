@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from promptmgr import run_sandbox, sandbox
+from promptmgr import egress, run_sandbox, sandbox
 from tests.harness import contract_mcp_server as contract
 from tests.harness.test_cli_contract import (
     FILE_RULE_DENIED,
@@ -42,6 +42,7 @@ from tests.harness.test_cli_contract import (
     tool_call,
 )
 from tests.helpers import QUOTE, wait_until
+from tests.sandbox import test_egress as egress_tests
 
 pytestmark = pytest.mark.e2e
 
@@ -483,3 +484,31 @@ def test_outside_claude_codes_own_sandbox_inline_code_is_asked_about_whatever_th
     )
     assert inline == "42" and "1 loop" in module, (inline, module)
     assert layout.workspace.asked_commands() == ["python3 -c 'print(6 * 7)'"]
+
+
+@pytest.fixture
+def open_outside(settings: Any) -> Iterator[tuple[int, list[str]]]:
+    """A web server standing for a public host, opened to the run scope's egress (the
+    operator's allow list), set before the layout starts the run's sandbox."""
+    settings.CLAUDE_SANDBOX_EGRESS_ALLOW = (egress_tests.OUTSIDE_NETWORK,)
+    yield from egress_tests.serve(egress_tests.OUTSIDE)
+
+
+@RUN_SCOPE
+def test_a_command_reaches_the_network_through_the_runs_egress_and_never_the_servers_loopback(
+    open_outside: tuple[int, list[str]], layout: Layout, loopback_server: tuple[int, list[str]]
+) -> None:
+    outside_port, outside_peers = open_outside
+    loopback_port, connected = loopback_server
+    fetched, forced, direct = texts(
+        layout.run(
+            bash(f"curl -sS -m 10 http://{egress_tests.OUTSIDE}:{outside_port}/from-claude"),
+            bash(f"curl -sS -m 10 --noproxy '' http://127.0.0.1:{loopback_port}/"),
+            bash(f"curl -sS -m 5 --noproxy '*' http://127.0.0.1:{loopback_port}/"),
+        )
+    )
+    assert fetched.startswith("GET /from-claude HTTP/1.1"), fetched
+    assert len(outside_peers) == 1
+    assert forced == egress.MSG_REFUSED.format(host="127.0.0.1", address="127.0.0.1"), forced
+    assert "Failed to connect to 127.0.0.1" in direct, direct
+    assert connected == []

@@ -1,0 +1,286 @@
+"""The run sandbox's egress (``promptmgr.egress``): the real proxy process on a real unix
+socket, and commands in a real run sandbox reaching the network through it."""
+
+from __future__ import annotations
+
+import http.server
+import ipaddress
+import os
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from promptmgr import egress, run_sandbox, sandbox
+from promptmgr.cli import child_path
+from promptmgr.settings import envnetworks
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.unit
+
+# A loopback address of its own stands for a host on the internet: the tests open it with
+# the operator's allow list, so 127.0.0.1 (where Redis and the app listen) stays closed.
+OUTSIDE = "127.0.0.2"
+OUTSIDE_NETWORK = f"{OUTSIDE}/32"
+
+
+class Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with what it received: its request line and headers."""
+
+    def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = f"{self.requestline}\n{self.headers}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the stdlib's name)
+        pass
+
+
+class RecordingServer(http.server.ThreadingHTTPServer):
+    """Notes whoever connects (``peers``)."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__((host, 0), Recorder)
+        self.peers: list[str] = []
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        self.peers.append(str(client_address))
+        super().process_request(request, client_address)
+
+
+def serve(host: str) -> Iterator[tuple[int, list[str]]]:
+    server = RecordingServer(host)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield int(server.server_address[1]), server.peers
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.fixture
+def outside_server() -> Iterator[tuple[int, list[str]]]:
+    """A web server standing for a public host (see ``OUTSIDE``), with who connected."""
+    yield from serve(OUTSIDE)
+
+
+@pytest.fixture
+def loopback_server() -> Iterator[tuple[int, list[str]]]:
+    """A web server on the host's loopback, where Redis and the app listen."""
+    yield from serve("127.0.0.1")
+
+
+@pytest.fixture
+def proxy(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """The real egress process on a unix socket, with ``OUTSIDE`` opened."""
+    path = tmp_path / "egress.sock"
+    process = run_sandbox.start_egress(path, allow=(OUTSIDE_NETWORK,))
+    yield str(path), process
+    run_sandbox._end_egress(process)
+
+
+def exchange(socket_path: str, request: bytes) -> bytes:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(10)
+        client.connect(socket_path)
+        client.sendall(request)
+        client.shutdown(socket.SHUT_WR)
+        received = b""
+        while chunk := client.recv(65536):
+            received += chunk
+        return received
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "127.9.9.9",
+        "0.0.0.0",
+        "10.1.2.3",
+        "172.20.0.5",
+        "192.168.1.10",
+        "100.64.0.1",
+        "169.254.169.254",
+        "224.0.0.1",
+        "::1",
+        "::ffff:127.0.0.1",
+        "::ffff:10.0.0.1",
+        "2002:7f00:1::",  # 6to4 of 127.0.0.1
+        "fd00::1",
+        "fe80::1",
+    ],
+)
+def test_this_server_and_private_networks_are_closed(address: str) -> None:
+    assert not egress.permitted(ipaddress.ip_address(address), ())
+
+
+@pytest.mark.parametrize("address", ["151.101.0.223", "203.0.113.80", "2a04:4e42::223"])
+def test_other_addresses_are_open(address: str) -> None:
+    assert egress.permitted(ipaddress.ip_address(address), ())
+
+
+def test_an_operator_can_open_a_private_network() -> None:
+    allow = egress.parse_networks(["10.20.0.0/16"])
+    assert egress.permitted(ipaddress.ip_address("10.20.3.4"), allow)
+    assert not egress.permitted(ipaddress.ip_address("10.21.3.4"), allow)
+
+
+def test_a_bad_network_setting_fails_at_start_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAUDE_SANDBOX_EGRESS_ALLOW", "10.0.0.0/8, registry.internal")
+    with pytest.raises(ImproperlyConfigured, match="CLAUDE_SANDBOX_EGRESS_ALLOW must list IP networks"):
+        envnetworks("CLAUDE_SANDBOX_EGRESS_ALLOW")
+    monkeypatch.setenv("CLAUDE_SANDBOX_EGRESS_ALLOW", "10.0.0.0/8, fd00::/8")
+    assert envnetworks("CLAUDE_SANDBOX_EGRESS_ALLOW") == ("10.0.0.0/8", "fd00::/8")
+
+
+def test_a_tunnel_to_an_open_host_carries_bytes_both_ways(
+    proxy: tuple[str, subprocess.Popen[bytes]], outside_server: tuple[int, list[str]]
+) -> None:
+    port, peers = outside_server
+    request = f"CONNECT {OUTSIDE}:{port} HTTP/1.1\r\nHost: {OUTSIDE}:{port}\r\n\r\n"
+    request += f"GET /through HTTP/1.1\r\nHost: {OUTSIDE}\r\nConnection: close\r\n\r\n"
+    received = exchange(proxy[0], request.encode()).decode()
+    assert received.startswith("HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.0 200 OK"), received
+    assert received.endswith(f"GET /through HTTP/1.1\nHost: {OUTSIDE}\nConnection: close\n\n")
+    assert len(peers) == 1
+
+
+def test_a_plain_http_request_is_forwarded_in_origin_form_without_the_proxys_headers(
+    proxy: tuple[str, subprocess.Popen[bytes]], outside_server: tuple[int, list[str]]
+) -> None:
+    port, _peers = outside_server
+    request = (
+        f"GET http://{OUTSIDE}:{port}/simple/pkg?x=1 HTTP/1.1\r\nHost: {OUTSIDE}:{port}\r\n"
+        "Proxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n"
+    )
+    received = exchange(proxy[0], request.encode()).decode()
+    assert received.startswith("HTTP/1.0 200 OK"), received
+    echoed = received.split("\r\n\r\n", 1)[1]
+    assert echoed == (
+        f"GET /simple/pkg?x=1 HTTP/1.1\nHost: {OUTSIDE}:{port}\nAccept: */*\nConnection: close\n\n"
+    )
+
+
+@pytest.mark.parametrize("form", ["connect", "plain"])
+def test_the_servers_loopback_is_refused_with_a_reason_and_never_connected(
+    proxy: tuple[str, subprocess.Popen[bytes]], loopback_server: tuple[int, list[str]], form: str
+) -> None:
+    port, peers = loopback_server
+    target = f"localhost:{port}"
+    request = (
+        f"CONNECT {target} HTTP/1.1\r\n\r\n"
+        if form == "connect"
+        else f"GET http://{target}/ HTTP/1.1\r\n\r\n"
+    )
+    received = exchange(proxy[0], request.encode()).decode()
+    assert received.startswith("HTTP/1.1 403 Forbidden\r\n"), received
+    assert received.endswith(egress.MSG_REFUSED.format(host="localhost", address="127.0.0.1") + "\n") or (
+        received.endswith(egress.MSG_REFUSED.format(host="localhost", address="::1") + "\n")
+    ), received
+    assert peers == []
+
+
+@pytest.mark.parametrize(
+    ("request_line", "detail"),
+    [
+        ("CONNECT nowhere HTTP/1.1", "'nowhere' is not host:port"),
+        ("GET /relative HTTP/1.1", "'/relative' is not an absolute http:// URL (use CONNECT for https)"),
+        ("BROKEN", "'BROKEN' is not a request line"),
+    ],
+)
+def test_a_request_that_is_no_proxy_request_gets_400(
+    proxy: tuple[str, subprocess.Popen[bytes]], request_line: str, detail: str
+) -> None:
+    received = exchange(proxy[0], f"{request_line}\r\n\r\n".encode()).decode()
+    assert received.startswith("HTTP/1.1 400 Bad Request\r\n"), received
+    assert received.endswith(egress.MSG_BAD_REQUEST.format(detail=detail) + "\n")
+
+
+def test_the_proxy_ends_when_the_app_that_started_it_is_gone(
+    proxy: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    _path, process = proxy
+    assert process.poll() is None
+    assert process.stdin is not None
+    # What a worker's death does to the pipe it held.
+    process.stdin.close()
+    assert process.wait(timeout=10) == 0
+
+
+# --- In a real run sandbox ---------------------------------------------------------------
+
+
+@pytest.fixture
+def run_scope(tmp_path: Path, settings: Any) -> Iterator[sandbox.Confinement]:
+    settings.CLAUDE_SANDBOX_EGRESS_ALLOW = (OUTSIDE_NETWORK,)
+    workdir = Path(settings.STORAGE_ROOT) / "worktrees" / "egress"
+    workdir.mkdir(parents=True)
+    confinement = sandbox.run_scope_confinement(run_id=11, workdir=workdir, path=child_path())
+    yield confinement
+    confinement.close()
+
+
+def in_sandbox(confinement: sandbox.Confinement, command: str) -> str:
+    assert confinement.sandbox is not None
+    done = subprocess.run(
+        [confinement.sandbox.prefix, command],
+        cwd=Path(settings.STORAGE_ROOT) / "worktrees" / "egress",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": child_path(), **confinement.cli_env},
+    )
+    return done.stdout + done.stderr
+
+
+def test_a_sandboxed_command_reaches_an_open_host_through_the_proxy_at_once(
+    run_scope: sandbox.Confinement, outside_server: tuple[int, list[str]]
+) -> None:
+    port, peers = outside_server
+    # The first command, straight after the sandbox started: the egress is listening.
+    output = in_sandbox(run_scope, f"curl -sS -m 10 http://{OUTSIDE}:{port}/fetched")
+    assert output.startswith("GET /fetched HTTP/1.1\n"), output
+    # It came through the proxy (no route to the host otherwise).
+    direct = in_sandbox(
+        run_scope, f"curl -sS -m 10 --noproxy '*' http://{OUTSIDE}:{port}/direct; echo exit=$?"
+    )
+    assert "exit=7" in direct, direct
+    assert len(peers) == 1
+
+
+def test_a_sandboxed_command_never_reaches_the_servers_loopback_through_the_proxy(
+    run_scope: sandbox.Confinement, loopback_server: tuple[int, list[str]]
+) -> None:
+    port, peers = loopback_server
+    # NO_PROXY sends 127.0.0.1 to the sandbox's own loopback, where nothing listens; forced
+    # through the proxy it is refused there.
+    own_loopback = in_sandbox(run_scope, f"curl -sS -m 10 http://127.0.0.1:{port}/; echo exit=$?")
+    forced = in_sandbox(run_scope, f"curl -sS -m 10 --noproxy '' http://127.0.0.1:{port}/")
+    assert "exit=7" in own_loopback, own_loopback
+    assert forced.strip() == egress.MSG_REFUSED.format(host="127.0.0.1", address="127.0.0.1"), forced
+    assert peers == []
+
+
+def test_a_sandboxed_command_cannot_replace_the_egress_socket(run_scope: sandbox.Confinement) -> None:
+    socket_path = run_scope.tmpdir / run_sandbox.EGRESS_DIR / run_sandbox.EGRESS_SOCKET
+    output = in_sandbox(run_scope, f"rm -f {socket_path}; echo exit=$?")
+    assert "Read-only file system" in output, output
+    assert socket_path.exists()
+
+
+def test_the_egress_ends_with_the_run(run_scope: sandbox.Confinement) -> None:
+    assert run_scope.sandbox is not None
+    process = run_scope.sandbox.egress
+    assert process is not None and process.poll() is None
+    run_scope.close()
+    assert process.poll() is not None
+    wait_until(lambda: not os.path.exists(f"/proc/{process.pid}"), timeout=5, what="the proxy to go")
