@@ -97,7 +97,7 @@ bench: $(VENV)/.installed-app
 	$(PY) bench/askuser_latency.py
 	$(PY) bench/cli_startup.py
 	$(PY) bench/approval_latency.py
-	CLAUDE_SANDBOX_SCOPE=run $(PY) bench/approval_latency.py --question-rounds 0
+	CLAUDE_SANDBOX_SCOPE=command $(PY) bench/approval_latency.py --question-rounds 0
 	CLAUDE_SANDBOX=off $(PY) bench/approval_latency.py --question-rounds 0
 	$(PY) bench/decision_path.py
 	$(PY) bench/machinery.py

@@ -38,9 +38,9 @@ after ``--think-ms``, so the waiting side is parked when the decision comes, as 
    and the CLI's own share begins (reading the result, starting the shell, ``date``).
 
 Claude's tools run in the sandbox by default, so (2) then includes entering it: in the
-default ``command`` scope Claude Code builds a new sandbox for each command (about 65 ms);
-with ``CLAUDE_SANDBOX_SCOPE=run`` each command joins the run's own sandbox (about 7 ms);
-``CLAUDE_SANDBOX=off`` measures the approval path alone. ``make bench`` runs all three.
+default ``run`` scope each command joins the run's own sandbox (about 7 ms); with
+``CLAUDE_SANDBOX_SCOPE=command`` Claude Code builds a new sandbox for each command (about
+65 ms); ``CLAUDE_SANDBOX=off`` measures the approval path alone. ``make bench`` runs all three.
 
 ``--tap-relay`` also passes the MCP server's calls to the app through ``http_tee.py`` (the
 app's ``INTERNAL_BASE_URL``), which stamps relay-permission reaching the app and the deciding
@@ -110,10 +110,10 @@ def sandbox_state() -> str:
     off = os.environ.get("CLAUDE_SANDBOX", "").strip().lower() in {"0", "false", "no", "off"}
     if off:
         return "without the sandbox (CLAUDE_SANDBOX=off)"
-    scope = os.environ.get("CLAUDE_SANDBOX_SCOPE", "").strip().lower() or "command"
+    scope = os.environ.get("CLAUDE_SANDBOX_SCOPE", "").strip().lower() or "run"
     if scope == "run":
-        return "in the run's own sandbox, which each command enters (CLAUDE_SANDBOX_SCOPE=run)"
-    return "in Claude Code's own sandbox, a new one per command (CLAUDE_SANDBOX_SCOPE=command, the default)"
+        return "in the run's own sandbox, which each command enters (CLAUDE_SANDBOX_SCOPE=run, the default)"
+    return "in Claude Code's own sandbox, a new one per command (CLAUDE_SANDBOX_SCOPE=command)"
 
 
 def iso_ns(value: str) -> int:

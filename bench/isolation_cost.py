@@ -9,7 +9,7 @@ Run: ``.venv/bin/python bench/isolation_cost.py`` (about a minute on 2 cores).
    ``guardian.KILL_GRACE`` later).
 3. One ``claude -p`` run of the bundled CLI against the scripted model that runs five
    read-only Bash commands, without the sandbox, in the run's own sandbox (the ``run``
-   scope) and in Claude Code's sandbox per command (``command``, the default),
+   scope, the default) and in Claude Code's sandbox per command (``command``),
    interleaved: what each adds per command (and to the run). The run scope's figure
    includes starting its sandbox once per run.
 """
@@ -188,8 +188,8 @@ def sandbox_cost(stack: harness.Stack, runs: int) -> list[list[str]]:
 
     return [
         row(f"run with {BASH_CALLS} Bash calls, no sandbox", off),
-        row(f"run with {BASH_CALLS} Bash calls, run's own sandbox", in_run),
-        row(f"run with {BASH_CALLS} Bash calls, sandbox per command (default)", in_command),
+        row(f"run with {BASH_CALLS} Bash calls, run's own sandbox (default)", in_run),
+        row(f"run with {BASH_CALLS} Bash calls, sandbox per command", in_command),
         row("run's own sandbox: cost per Bash call (paired)", per_call(in_run)),
         row("sandbox per command: cost per Bash call (paired)", per_call(in_command)),
     ]

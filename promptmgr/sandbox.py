@@ -2,10 +2,11 @@
 
 Two scopes (``CLAUDE_SANDBOX_SCOPE``) share one policy:
 
-- ``run`` (opt-in: its commands get no network): one bubblewrap sandbox per run, started
-  by the app, which every shell command of the run enters (``promptmgr.run_sandbox``,
-  about 7 ms a command);
-- ``command`` (the default): Claude Code's own sandbox, a new one for each command (about 65 ms).
+- ``run`` (the default): one bubblewrap sandbox per run, started by the app, which every
+  shell command of the run enters (``promptmgr.run_sandbox``, about 7 ms a command), with
+  the network through the run's own proxy (``promptmgr.egress``);
+- ``command``: Claude Code's own sandbox, a new one for each command (about 65 ms), with
+  the network through the CLI's proxy.
 
 Every run's CLI gets settings with ``--settings`` (the "flag" layer, above the
 workspace's own settings files, which cannot widen them). In the ``command`` scope:

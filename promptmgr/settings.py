@@ -285,7 +285,7 @@ CLAUDE_SANDBOX = envbool("CLAUDE_SANDBOX", "on") if os.environ.get("CLAUDE_SANDB
 # "run": one sandbox per run that every command enters (about 7 ms a command);
 # "command": Claude Code's own sandbox, a new one per command (about 65 ms). Same
 # filesystem policy; both reach off-machine hosts through a proxy, never the server's loopback.
-CLAUDE_SANDBOX_SCOPE = envchoice("CLAUDE_SANDBOX_SCOPE", "command", choices=("run", "command"))
+CLAUDE_SANDBOX_SCOPE = envchoice("CLAUDE_SANDBOX_SCOPE", "run", choices=("run", "command"))
 # Networks that are not public but that the run scope's commands may reach all the same
 # (a private package registry's); the loopback, private and link-local ones are closed otherwise.
 CLAUDE_SANDBOX_EGRESS_ALLOW = envnetworks("CLAUDE_SANDBOX_EGRESS_ALLOW")
