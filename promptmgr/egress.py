@@ -169,6 +169,25 @@ async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None
         sink.close()
 
 
+async def relay(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    upstream_reader: asyncio.StreamReader,
+    upstream: asyncio.StreamWriter,
+) -> None:
+    """Bytes both ways until the destination is done: a client that has sent all it will
+    send still gets the reply, and one that never closes is not waited for once the
+    destination has closed."""
+    sending = asyncio.ensure_future(pipe(reader, upstream))
+    replying = asyncio.ensure_future(pipe(upstream_reader, writer))
+    try:
+        await replying
+    finally:
+        sending.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sending
+
+
 async def handle(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, allow: Sequence[Network]
 ) -> None:
@@ -206,7 +225,7 @@ async def handle(
             upstream.write(head)
         else:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await asyncio.gather(pipe(reader, upstream), pipe(upstream_reader, writer))
+        await relay(reader, writer, upstream_reader, upstream)
     finally:
         for stream in (upstream, writer):
             if stream is not None:

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -168,6 +169,35 @@ def test_a_plain_http_request_is_forwarded_in_origin_form_without_the_proxys_hea
     assert echoed == (
         f"GET /simple/pkg?x=1 HTTP/1.1\nHost: {OUTSIDE}:{port}\nAccept: */*\nConnection: close\n\n"
     )
+
+
+def test_a_client_that_never_closes_gets_the_reply_and_holds_nothing_open_after_it(
+    proxy: tuple[str, subprocess.Popen[bytes]], outside_server: tuple[int, list[str]]
+) -> None:
+    socket_path, process = proxy
+    port, _peers = outside_server
+
+    def open_files() -> int:
+        return len(os.listdir(f"/proc/{process.pid}/fd"))
+
+    # A first, ordinary exchange brings the proxy to its working state, which it keeps once
+    # it has closed that exchange's connections.
+    exchange(socket_path, f"GET http://{OUTSIDE}:{port}/warm HTTP/1.1\r\n\r\n".encode())
+    counts = [open_files()]
+    while len(counts) < 2 or counts[-1] != counts[-2]:
+        time.sleep(0.2)
+        counts.append(open_files())
+    at_rest = counts[-1]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(10)
+        client.connect(socket_path)
+        client.sendall(f"GET http://{OUTSIDE}:{port}/kept HTTP/1.1\r\nHost: {OUTSIDE}\r\n\r\n".encode())
+        received = b""
+        while chunk := client.recv(65536):
+            received += chunk
+        assert received.startswith(b"HTTP/1.0 200 OK"), received
+        # The client still holds its end; the proxy has let go of both of its own.
+        wait_until(lambda: open_files() == at_rest, timeout=5, what="the proxy to close the connection")
 
 
 @pytest.mark.parametrize("form", ["connect", "plain"])
