@@ -1,5 +1,5 @@
 """The run sandbox's way out: an HTTP proxy (``CONNECT`` and plain HTTP) that never connects
-to this server or a private network.
+to this server, the app's services or a private network.
 
 Claude Code's own sandbox (the ``command`` scope) gives commands the network through a proxy
 of the CLI's that refuses the server's loopback by name. The run's own sandbox (the ``run``
@@ -11,12 +11,15 @@ egress, one process per run:
 - inside the sandbox ``socat`` listens on ``127.0.0.1:PORT`` and passes each connection to
   that socket, and every command gets ``HTTP_PROXY``/``HTTPS_PROXY`` pointing there (what
   ``npm``, ``pip``, ``git`` and ``curl`` follow, as in the ``command`` scope);
-- this process resolves each host itself and connects only to an address outside the
-  ``CLOSED`` networks (the loopback, where Redis and the app listen, private networks,
-  where a deployment's shared PostgreSQL and Redis live, link-local ones, where a cloud
-  keeps its metadata service), or inside one of the operator's ``--allow`` networks
-  (``CLAUDE_SANDBOX_EGRESS_ALLOW``). It connects to the address it checked, so a name that
-  resolves differently a second time gains nothing.
+- this process resolves each host itself and connects only to an address that is none of
+  this host's own (any interface's: the app, Redis and PostgreSQL may listen on all of
+  them) and in none of the ``CLOSED`` networks (the loopback, private networks, where a
+  deployment's shared PostgreSQL and Redis live, link-local ones, where a cloud keeps its
+  metadata service), unless it is inside one of the operator's ``--allow`` networks
+  (``CLAUDE_SANDBOX_EGRESS_ALLOW``); and never to one of the app's own services
+  (``--deny``: the database's, Redis's and the app's hosts, wherever they are). It
+  connects to the address it checked, so a name that resolves differently a second time
+  gains nothing.
 
 It imports nothing but the standard library (it starts beside each run's CLI) and ends
 when its standard input closes, which the app holds open: a worker that dies takes its
@@ -32,7 +35,7 @@ import ipaddress
 import socket
 import sys
 from collections.abc import Sequence
-from functools import partial
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -43,14 +46,16 @@ PORT = 3128
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 30.0
+# A connection whose destination sends nothing for this long is closed (its client may be gone).
+IDLE_TIMEOUT = 600.0
+READY = "ready"
 CHUNK = 64 * 1024
 # Hop-by-hop headers a plain HTTP request loses on its way through (RFC 9110 7.6.1).
 HOP_HEADERS = {"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "upgrade"}
 
 MSG_REFUSED = (
-    "PromptManager's sandbox: {host} is at {address}, on this server or a private network, which "
-    "sandboxed commands may not reach (an operator can open a network with "
-    "CLAUDE_SANDBOX_EGRESS_ALLOW)."
+    "PromptManager's sandbox: {host} is on this server or a private network, which sandboxed "
+    "commands may not reach (an operator can open a network with CLAUDE_SANDBOX_EGRESS_ALLOW)."
 )
 MSG_BAD_REQUEST = "PromptManager's sandbox proxy: {detail}."
 MSG_UNREACHABLE = "PromptManager's sandbox proxy: {host} port {port} could not be reached ({detail})."
@@ -83,7 +88,6 @@ CLOSED = tuple(
         "240.0.0.0/4",
         "::/128",
         "::1/128",
-        "64:ff9b::/96",
         "fc00::/7",
         "fe80::/10",
         "fec0::/10",
@@ -91,18 +95,48 @@ CLOSED = tuple(
     )
 )
 
+# IPv6 prefixes whose last 32 bits are an IPv4 address: NAT64's well-known and local-use
+# prefixes, and the deprecated IPv4-compatible form.
+EMBEDDING = tuple(ipaddress.ip_network(network) for network in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96"))
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one stands for (mapped, 6to4, Teredo, NAT64, compatible)."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    if any(address in network for network in EMBEDDING):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
 
 def permitted(address: Address, allow: Sequence[Network]) -> bool:
-    """Whether a sandboxed command may reach ``address``: one inside a network the operator
-    allowed, or one in none of the ``CLOSED`` networks (an IPv6 address that carries an
-    IPv4 one is judged by that one too)."""
+    """Whether a sandboxed command may reach ``address`` as far as its network goes: one
+    inside a network the operator allowed, or one in none of the ``CLOSED`` networks (an
+    IPv6 address that carries an IPv4 one is judged by that one too)."""
     if any(address in network for network in allow):
         return True
     if isinstance(address, ipaddress.IPv6Address):
-        embedded = address.ipv4_mapped or address.sixtofour or (address.teredo[1] if address.teredo else None)
+        embedded = embedded_ipv4(address)
         if embedded is not None and not permitted(embedded, allow):
             return False
     return not any(address in network for network in CLOSED)
+
+
+def is_local(address: Address) -> bool:
+    """Whether ``address`` is one of this host's own (any interface's, not only the
+    loopback's): the kernel routes to such an address from itself, so a socket
+    connected to it gets it as its own address. No packet is sent."""
+    family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((str(address), 9))
+        except OSError:
+            return False  # no route: not this host's
+        return ipaddress.ip_address(probe.getsockname()[0]) == address
 
 
 def split_authority(authority: str) -> tuple[str, int]:
@@ -117,17 +151,46 @@ def split_authority(authority: str) -> tuple[str, int]:
     return host, number
 
 
-async def open_checked(
-    host: str, port: int, allow: Sequence[Network]
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection to ``host``, opened to an address ``permitted`` (``Refused`` if it has
-    none)."""
+@dataclass(frozen=True)
+class Rules:
+    """What the proxy opens: the operator's ``allow`` networks, and never a ``denied``
+    address (the app's own services, wherever they are)."""
+
+    allow: tuple[Network, ...] = ()
+    denied: frozenset[Address] = frozenset()
+
+    def open_to(self, address: Address) -> bool:
+        if address in self.denied:
+            return False
+        if any(address in network for network in self.allow):
+            return True
+        return permitted(address, ()) and not is_local(address)
+
+
+async def resolve(host: str, port: int) -> list[str]:
     loop = asyncio.get_running_loop()
-    found = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses = [str(info[4][0]) for info in found]
-    usable = [a for a in addresses if permitted(ipaddress.ip_address(a.partition("%")[0]), allow)]
+    found = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), CONNECT_TIMEOUT)
+    return [str(info[4][0]) for info in found]
+
+
+async def denied_addresses(hosts: Sequence[str]) -> frozenset[Address]:
+    """The addresses ``hosts`` resolve to now (a name that does not resolve adds none)."""
+    denied: set[Address] = set()
+    for host in hosts:
+        with contextlib.suppress(OSError, TimeoutError, UnicodeError):
+            denied.update(ipaddress.ip_address(a.partition("%")[0]) for a in await resolve(host, 0))
+    return frozenset(denied)
+
+
+async def open_checked(
+    host: str, port: int, rules: Rules
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to ``host``, opened to an address the ``rules`` open (``Refused`` if it
+    has none)."""
+    addresses = await resolve(host, port)
+    usable = [a for a in addresses if rules.open_to(ipaddress.ip_address(a.partition("%")[0]))]
     if not usable:
-        raise Refused(MSG_REFUSED.format(host=host, address=addresses[0] if addresses else "no address"))
+        raise Refused(MSG_REFUSED.format(host=host))
     failure: OSError = OSError("no address")
     for address in usable:
         try:
@@ -146,26 +209,58 @@ def respond(writer: asyncio.StreamWriter, status: str, message: str) -> None:
     )
 
 
+def end_to_end(headers: list[str]) -> list[str]:
+    """``headers`` without the hop-by-hop ones: ``HOP_HEADERS`` and those a ``Connection``
+    header names (RFC 9110 7.6.1)."""
+    named = {
+        token.strip().lower()
+        for line in headers
+        if line.partition(":")[0].strip().lower() == "connection"
+        for token in line.partition(":")[2].split(",")
+    }
+    return [line for line in headers if line.partition(":")[0].strip().lower() not in HOP_HEADERS | named]
+
+
 def forwarded_head(method: str, target: str, version: str, headers: list[str]) -> tuple[str, int, bytes]:
-    """Host, port and the origin-form request of a plain HTTP proxy request (one request per
-    connection: ``Connection: close``, the hop-by-hop headers dropped)."""
+    """Host, port and the origin-form request of a plain HTTP proxy request: its ``Host``
+    the URL's (RFC 9112 3.2.2), the hop-by-hop headers dropped, ``Connection: close``."""
     url = urlsplit(target)
     if url.scheme != "http" or not url.hostname:
         raise ValueError(f"{target!r} is not an absolute http:// URL (use CONNECT for https)")
+    port = url.port or 80
     path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-    kept = [line for line in headers if line.partition(":")[0].strip().lower() not in HOP_HEADERS]
-    head = "\r\n".join([f"{method} {path} {version}", *kept, "Connection: close", "", ""])
-    return url.hostname, url.port or 80, head.encode("latin-1")
+    authority = url.netloc.rpartition("@")[2]
+    kept = [line for line in end_to_end(headers) if line.partition(":")[0].strip().lower() != "host"]
+    head = "\r\n".join(
+        [f"{method} {path} {version}", f"Host: {authority}", *kept, "Connection: close", "", ""]
+    )
+    return url.hostname, port, head.encode("latin-1")
+
+
+async def forward_response_head(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    """Pass a plain HTTP response's heads (any 1xx, then the final one) with the final one
+    saying ``Connection: close``: the client opens a new connection, and so a new check,
+    for its next request instead of sending it on to this destination."""
+    while True:
+        raw = await asyncio.wait_for(source.readuntil(b"\r\n\r\n"), IDLE_TIMEOUT)
+        status_line, *headers = raw.decode("latin-1").split("\r\n")[:-2]
+        informational = status_line[9:10] == "1" and status_line[9:12] != "101"
+        if informational:
+            sink.write(raw)
+            continue
+        head = "\r\n".join([status_line, *end_to_end(headers), "Connection: close", "", ""])
+        sink.write(head.encode("latin-1"))
+        return
 
 
 async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
     try:
-        while data := await source.read(CHUNK):
+        while data := await asyncio.wait_for(source.read(CHUNK), IDLE_TIMEOUT):
             sink.write(data)
             await sink.drain()
         if sink.can_write_eof():
             sink.write_eof()
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, TimeoutError):
         sink.close()
 
 
@@ -175,9 +270,9 @@ async def relay(
     upstream_reader: asyncio.StreamReader,
     upstream: asyncio.StreamWriter,
 ) -> None:
-    """Bytes both ways until the destination is done: a client that has sent all it will
-    send still gets the reply, and one that never closes is not waited for once the
-    destination has closed."""
+    """Bytes both ways until the destination is done (or silent for ``IDLE_TIMEOUT``): a
+    client that has sent all it will send still gets the reply, and one that never closes
+    is not waited for once the destination has closed."""
     sending = asyncio.ensure_future(pipe(reader, upstream))
     replying = asyncio.ensure_future(pipe(upstream_reader, writer))
     try:
@@ -188,11 +283,9 @@ async def relay(
             await sending
 
 
-async def handle(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, allow: Sequence[Network]
-) -> None:
+async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, rules: Rules) -> None:
     """One proxied connection: read the request's head, check and open the destination,
-    then pass bytes both ways until both sides are done."""
+    then ``relay``."""
     upstream: asyncio.StreamWriter | None = None
     try:
         try:
@@ -214,15 +307,19 @@ async def handle(
             respond(writer, "400 Bad Request", MSG_BAD_REQUEST.format(detail=exc))
             return
         try:
-            upstream_reader, upstream = await open_checked(host, port, allow)
+            upstream_reader, upstream = await open_checked(host, port, rules)
         except Refused as exc:
             respond(writer, "403 Forbidden", str(exc))
             return
-        except (OSError, UnicodeError) as exc:
+        except (OSError, UnicodeError, TimeoutError) as exc:
             respond(writer, "502 Bad Gateway", MSG_UNREACHABLE.format(host=host, port=port, detail=exc))
             return
         if head:
             upstream.write(head)
+            try:
+                await forward_response_head(upstream_reader, writer)
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+                return
         else:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await relay(reader, writer, upstream_reader, upstream)
@@ -234,13 +331,33 @@ async def handle(
                     await stream.wait_closed()
 
 
-async def serve(listener: socket.socket, allow: Sequence[Network]) -> None:
+async def open_server(listener: socket.socket, rules: Rules) -> asyncio.Server:
+    """The proxy serving ``listener`` under ``rules``."""
+    # The loop holds a connection's task only weakly, and its protocol lets go of it once
+    # the client has sent EOF: this set keeps every connection alive until it is done.
+    connections: set[asyncio.Task[None]] = set()
+
+    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        connections.add(task)
+        try:
+            await handle(reader, writer, rules=rules)
+        finally:
+            connections.discard(task)
+
+    return await asyncio.start_unix_server(connection, sock=listener, limit=HEAD_LIMIT)
+
+
+async def serve(listener: socket.socket, allow: Sequence[Network], deny: Sequence[str]) -> None:
     """Serve ``listener`` until standard input closes (the app that started us is gone, or
-    ended the run)."""
-    server = await asyncio.start_unix_server(partial(handle, allow=allow), sock=listener, limit=HEAD_LIMIT)
+    ended the run); ``READY`` on standard output once serving."""
+    server = await open_server(listener, Rules(allow=tuple(allow), denied=await denied_addresses(deny)))
     loop = asyncio.get_running_loop()
     ended = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(ended), sys.stdin)
+    sys.stdout.write(READY + "\n")
+    sys.stdout.flush()
     async with server:
         while await ended.read(4096):
             pass
@@ -250,10 +367,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m promptmgr.egress", description=__doc__.splitlines()[0])
     parser.add_argument("--fd", type=int, required=True, help="a listening unix socket, inherited")
     parser.add_argument("--allow", action="append", default=[], help="a network (CIDR) to open as well")
+    parser.add_argument(
+        "--deny", action="append", default=[], help="a host never to open (the app's services)"
+    )
     args = parser.parse_args(argv)
     listener = socket.socket(fileno=args.fd)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(listener, parse_networks(args.allow)))
+        asyncio.run(serve(listener, parse_networks(args.allow), args.deny))
 
 
 if __name__ == "__main__":

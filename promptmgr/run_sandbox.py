@@ -57,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
@@ -80,10 +81,12 @@ EGRESS_SOCKET = "socket"
 PROXY_URL = f"http://127.0.0.1:{egress.PORT}"
 NO_PROXY = "localhost,127.0.0.1,::1"
 # The sandbox's first process: socat passes the commands' proxy connections (its own
-# loopback) to the egress socket; once it listens, the shell says so on the ready pipe ($3)
-# and becomes the sleep that holds the sandbox.
+# loopback) to the egress socket, waiting as long as the egress for a reply after a command
+# has sent all it will (-t; its default 0.5 s cuts late replies off); once it listens, the
+# shell says so on the ready pipe ($3) and becomes the sleep that holds the sandbox (a socat
+# that failed keeps the loop trying until RunSandbox.start gives up, START_TIMEOUT).
 SANDBOX_INIT = """
-socat -lf /dev/null "TCP-LISTEN:$1,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:$2" &
+socat -lf /dev/null -t 3600 "TCP-LISTEN:$1,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:$2" &
 until (exec 9<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do :; done
 printf ready >&"$3"
 eval "exec $3>&-"
@@ -148,8 +151,9 @@ class Policy:
     readable: list[Path]
     hidden_env: tuple[str, ...]
     trusted_command: str
-    # Networks (CIDR) the egress opens besides the public addresses.
+    # Networks (CIDR) the egress opens besides the public addresses, and hosts it never opens.
     egress_allow: tuple[str, ...] = ()
+    egress_deny: tuple[str, ...] = ()
 
 
 def prefix_script(policy: Policy, *, pid: int, marker: str) -> str:
@@ -266,89 +270,104 @@ class RunSandbox:
         # its private /tmp.
         marker = f"/tmp/.pm-sandbox-{secrets.token_hex(8)}"
         mounts = mount_arguments(policy)
-        proxy = start_egress(egress_socket, allow=policy.egress_allow)
         read_end, write_end = os.pipe()
         ready_read, ready_write = os.pipe()
+        open_ends = [read_end, write_end, ready_read, ready_write]
+        proxy: subprocess.Popen[bytes] | None = None
+        process: subprocess.Popen[bytes] | None = None
+        handle = -1
         try:
-            process = subprocess.Popen(
-                [
-                    bwrap,
-                    *mounts,
-                    "--tmpfs",
-                    marker,
-                    "--remount-ro",
-                    marker,
-                    "--unshare-all",
-                    "--die-with-parent",
-                    "--new-session",
-                    "--cap-drop",
-                    "ALL",
-                    "--chdir",
-                    "/",
-                    "--info-fd",
-                    str(write_end),
-                    "--",
-                    "/bin/bash",
-                    "-c",
-                    SANDBOX_INIT,
-                    "bash",
-                    str(egress.PORT),
-                    str(egress_socket),
-                    str(ready_write),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                pass_fds=(write_end, ready_write),
-                env={"PATH": path},
-                start_new_session=True,
-            )
-        except BaseException:
-            _end_egress(proxy)
-            raise
-        finally:
-            os.close(write_end)
-            os.close(ready_write)
-        try:
+            proxy = start_egress(egress_socket, allow=policy.egress_allow, deny=policy.egress_deny)
+            try:
+                process = subprocess.Popen(
+                    [
+                        bwrap,
+                        *mounts,
+                        "--tmpfs",
+                        marker,
+                        "--remount-ro",
+                        marker,
+                        "--unshare-all",
+                        "--die-with-parent",
+                        "--new-session",
+                        "--cap-drop",
+                        "ALL",
+                        "--chdir",
+                        "/",
+                        "--info-fd",
+                        str(write_end),
+                        "--",
+                        "/bin/bash",
+                        "-c",
+                        SANDBOX_INIT,
+                        "bash",
+                        str(egress.PORT),
+                        str(egress_socket),
+                        str(ready_write),
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                    pass_fds=(write_end, ready_write),
+                    env={"PATH": path},
+                    start_new_session=True,
+                )
+            finally:
+                # Only bubblewrap writes these: EOF on them means it (or the sandbox) is gone.
+                for end in (write_end, ready_write):
+                    os.close(end)
+                    open_ends.remove(end)
             info = _read_info(read_end, process)
             pid, namespace = int(info["child-pid"]), int(info["mnt-namespace"])
             # bubblewrap reports the sandbox as it begins setting it up; commands may enter
-            # once its first process has the egress listening.
+            # once its first process has socat listening, and the egress serves.
             _wait_ready(ready_read, process)
+            _wait_egress(proxy)
             handle = _open_first_process(pid, namespace)
             prefix = write_prefix(policy, pid=pid, mount_namespace=namespace, marker=marker)
         except BaseException:
-            _kill(process)
-            _end_egress(proxy)
+            if handle >= 0:
+                os.close(handle)
+            if process is not None:
+                _kill(process)
+            if proxy is not None:
+                _end_egress(proxy)
             raise
         finally:
-            os.close(read_end)
-            os.close(ready_read)
+            for end in open_ends:
+                os.close(end)
         return cls(process=process, pid=pid, prefix_path=prefix, egress=proxy, handle=handle)
 
     def stop(self) -> None:
         """End the sandbox and every process in it (the PID namespace goes with its first
-        process, which dies with bubblewrap)."""
-        self.prefix_path.unlink(missing_ok=True)
-        # Killing bubblewrap alone leaves its sandbox running: its first process goes, and
-        # the PID namespace with everything in it goes with that one.
-        if self.handle >= 0:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(self.handle, signal.SIGKILL)
-            # A pidfd reads ready once its process has exited: the sandbox is gone on return.
-            select.select([self.handle], [], [], STOP_TIMEOUT)
-            os.close(self.handle)
-            self.handle = -1
-        _kill(self.process)
-        if self.egress is not None:
-            _end_egress(self.egress)
-            self.egress = None
+        process, which dies with bubblewrap), and the run's egress."""
+        try:
+            self.prefix_path.unlink(missing_ok=True)
+            # The sandbox's first process is killed through its pidfd (no PID reuse can
+            # redirect the kill); the PID namespace, with everything in it, goes with it.
+            if self.handle >= 0:
+                try:
+                    with contextlib.suppress(ProcessLookupError):
+                        signal.pidfd_send_signal(self.handle, signal.SIGKILL)
+                    # A pidfd reads ready once its process has exited: the sandbox is gone.
+                    _readable(self.handle, STOP_TIMEOUT)
+                finally:
+                    os.close(self.handle)
+                    self.handle = -1
+        finally:
+            _kill(self.process)
+            if self.egress is not None:
+                _end_egress(self.egress)
+                self.egress = None
 
 
-def start_egress(socket_path: Path, *, allow: tuple[str, ...]) -> subprocess.Popen[bytes]:
+def start_egress(
+    socket_path: Path, *, allow: tuple[str, ...], deny: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     """The run's egress proxy (``promptmgr.egress``) serving a unix socket bound here, so
-    it accepts connections from the start. It ends when its standard input closes, which
-    this process holds open: a worker that dies takes its runs' proxies with it."""
+    it accepts connections from the start (``_wait_egress`` waits until it serves). It ends
+    when its standard input closes, which this process holds open: a worker that dies
+    takes its runs' proxies with it."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(str(socket_path))
@@ -362,9 +381,10 @@ def start_egress(socket_path: Path, *, allow: tuple[str, ...]) -> subprocess.Pop
                 "--fd",
                 str(listener.fileno()),
                 *(f"--allow={network}" for network in allow),
+                *(f"--deny={host}" for host in deny),
             ],
             stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
             pass_fds=(listener.fileno(),),
             # Nothing of the worker's environment (its keys): the proxy needs none.
             env={},
@@ -374,14 +394,24 @@ def start_egress(socket_path: Path, *, allow: tuple[str, ...]) -> subprocess.Pop
         listener.close()
 
 
+def _wait_egress(process: subprocess.Popen[bytes]) -> None:
+    assert process.stdout is not None
+    said = _read_until(process.stdout.fileno(), lambda data: egress.READY.encode() in data)
+    if egress.READY.encode() not in said:
+        code = process.poll()
+        state = f"it exited with code {code}" if code is not None else "it did not start in time"
+        raise RunSandboxError(f"the sandbox's network proxy (promptmgr.egress) is not serving: {state}")
+
+
 def _end_egress(process: subprocess.Popen[bytes]) -> None:
     # The run is over: whatever it still had open through the proxy ends with it.
     with contextlib.suppress(ProcessLookupError):
         process.kill()
     process.wait()
-    if process.stdin is not None:
-        with contextlib.suppress(OSError):
-            process.stdin.close()
+    for pipe in (process.stdin, process.stdout):
+        if pipe is not None:
+            with contextlib.suppress(OSError):
+                pipe.close()
 
 
 def _open_first_process(pid: int, mount_namespace: int) -> int:
@@ -406,18 +436,29 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
         process.stderr.close()
 
 
-def _wait_ready(fd: int, process: subprocess.Popen[bytes]) -> None:
+def _readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` reads ready within ``timeout`` seconds (poll: no limit on fd numbers)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, int(timeout * 1000))))
+
+
+def _read_until(fd: int, done: Callable[[bytes], bool]) -> bytes:
+    """What ``fd`` gives until ``done`` says it is enough, EOF, or ``START_TIMEOUT``."""
     deadline = time.monotonic() + START_TIMEOUT
     data = b""
-    while READY not in data and (left := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
+    while not done(data) and (left := deadline - time.monotonic()) > 0:
+        if not _readable(fd, left):
             break
-        chunk = os.read(fd, 64)
+        chunk = os.read(fd, 4096)
         if not chunk:
             break
         data += chunk
-    if READY not in data:
+    return data
+
+
+def _wait_ready(fd: int, process: subprocess.Popen[bytes]) -> None:
+    if READY not in _read_until(fd, lambda data: READY in data):
         _failed(process, "the sandbox did not become ready")
 
 
@@ -429,21 +470,18 @@ def _failed(process: subprocess.Popen[bytes], fallback: str) -> NoReturn:
     raise RunSandboxError(detail.splitlines()[-1] if detail else fallback)
 
 
+def _info(data: bytes) -> dict[str, int] | None:
+    with contextlib.suppress(ValueError):
+        info = json.loads(data)
+        if isinstance(info, dict) and "child-pid" in info and "mnt-namespace" in info:
+            return info
+    return None
+
+
 def _read_info(fd: int, process: subprocess.Popen[bytes]) -> dict[str, int]:
-    """bubblewrap's ``--info-fd`` JSON, written once the sandbox is set up (EOF without it:
-    bubblewrap failed, and its stderr says why)."""
-    deadline = time.monotonic() + START_TIMEOUT
-    data = b""
-    while (left := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            break
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        data += chunk
-        with contextlib.suppress(ValueError):
-            info = json.loads(data)
-            if isinstance(info, dict) and "child-pid" in info and "mnt-namespace" in info:
-                return info
-    _failed(process, "bubblewrap did not start the sandbox")
+    """bubblewrap's ``--info-fd`` JSON, written as it starts setting the sandbox up (EOF
+    without it: bubblewrap failed, and its stderr says why)."""
+    info = _info(_read_until(fd, lambda data: _info(data) is not None))
+    if info is None:
+        _failed(process, "bubblewrap did not start the sandbox")
+    return info

@@ -52,6 +52,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 
@@ -276,6 +277,19 @@ def trusted_command() -> str:
     return shlex.join([entry["command"], *entry["args"]])
 
 
+def service_hosts() -> tuple[str, ...]:
+    """The hosts of the app's own services (the database, Redis, the app itself), which the
+    run scope's egress never opens, wherever they are (a managed database on a public
+    address that trusts this server's address, too)."""
+    hosts = [
+        str(settings.DATABASES["default"].get("HOST") or ""),
+        urlsplit(settings.REDIS_URL).hostname or "",
+        urlsplit(settings.INTERNAL_BASE_URL).hostname or "",
+    ]
+    # A database HOST that is a directory is a unix socket's, not a host.
+    return tuple(dict.fromkeys(host for host in hosts if host and not host.startswith("/")))
+
+
 def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
     """Start the run's own sandbox (the ``run`` scope) with this module's policy:
     ``denied_regions`` hidden (the scratch ones private to the run), the private files
@@ -297,6 +311,7 @@ def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
         hidden_env=HIDDEN_ENV,
         trusted_command=trusted_command(),
         egress_allow=tuple(settings.CLAUDE_SANDBOX_EGRESS_ALLOW),
+        egress_deny=service_hosts(),
     )
     try:
         return RunSandbox.start(policy, bwrap=bwrap, path=path)
@@ -408,5 +423,19 @@ def _confine(run_id: int, workdir: Path, path: str) -> Confinement:
 
 async def confine(*, run_id: int, workdir: Path, path: str) -> Confinement:
     """Check that the sandbox can start (``SandboxUnavailable`` if not) and prepare the run's
-    confinement; off the event loop, since the first check starts bubblewrap once."""
-    return await asyncio.to_thread(_confine, run_id, workdir, path)
+    confinement; off the event loop, since the first check starts bubblewrap once.
+
+    A run cancelled meanwhile (stopped as it starts) does not get it, but the thread goes on
+    preparing it: what it prepares (a sandbox, its egress, a temporary directory) is closed
+    once ready instead of being left to the worker's end."""
+    preparing = asyncio.ensure_future(asyncio.to_thread(_confine, run_id, workdir, path))
+    try:
+        return await asyncio.shield(preparing)
+    except asyncio.CancelledError:
+        preparing.add_done_callback(_close_unclaimed)
+        raise
+
+
+def _close_unclaimed(preparing: asyncio.Future[Confinement]) -> None:
+    if not preparing.cancelled() and preparing.exception() is None:
+        asyncio.get_running_loop().run_in_executor(None, preparing.result().close)

@@ -3,11 +3,13 @@ socket, and commands in a real run sandbox reaching the network through it."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import ipaddress
 import os
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -31,10 +33,16 @@ OUTSIDE = "127.0.0.2"
 OUTSIDE_NETWORK = f"{OUTSIDE}/32"
 
 
+SLOW_SECONDS = 1.5
+
+
 class Recorder(http.server.BaseHTTPRequestHandler):
-    """Answers every GET with what it received: its request line and headers."""
+    """Answers every GET with what it received: its request line and headers (``/slow``
+    after ``SLOW_SECONDS``)."""
 
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        if self.path.startswith("/slow"):
+            time.sleep(SLOW_SECONDS)
         body = f"{self.requestline}\n{self.headers}".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
@@ -49,6 +57,7 @@ class RecordingServer(http.server.ThreadingHTTPServer):
     """Notes whoever connects (``peers``)."""
 
     def __init__(self, host: str) -> None:
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, 0), Recorder)
         self.peers: list[str] = []
 
@@ -116,6 +125,9 @@ def exchange(socket_path: str, request: bytes) -> bytes:
         "::ffff:127.0.0.1",
         "::ffff:10.0.0.1",
         "2002:7f00:1::",  # 6to4 of 127.0.0.1
+        "64:ff9b::7f00:1",  # NAT64 of 127.0.0.1
+        "64:ff9b:1::a00:1",  # local-use NAT64 of 10.0.0.1
+        "::7f00:1",  # IPv4-compatible 127.0.0.1
         "fd00::1",
         "fe80::1",
     ],
@@ -124,7 +136,7 @@ def test_this_server_and_private_networks_are_closed(address: str) -> None:
     assert not egress.permitted(ipaddress.ip_address(address), ())
 
 
-@pytest.mark.parametrize("address", ["151.101.0.223", "203.0.113.80", "2a04:4e42::223"])
+@pytest.mark.parametrize("address", ["151.101.0.223", "203.0.113.80", "2a04:4e42::223", "64:ff9b::9765:df"])
 def test_other_addresses_are_open(address: str) -> None:
     assert egress.permitted(ipaddress.ip_address(address), ())
 
@@ -160,12 +172,14 @@ def test_a_plain_http_request_is_forwarded_in_origin_form_without_the_proxys_hea
 ) -> None:
     port, _peers = outside_server
     request = (
-        f"GET http://{OUTSIDE}:{port}/simple/pkg?x=1 HTTP/1.1\r\nHost: {OUTSIDE}:{port}\r\n"
-        "Proxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\nAccept: */*\r\n\r\n"
+        f"GET http://user@{OUTSIDE}:{port}/simple/pkg?x=1 HTTP/1.1\r\nHost: elsewhere.example\r\n"
+        "Proxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\n"
+        "Connection: X-Hop\r\nX-Hop: 1\r\nAccept: */*\r\n\r\n"
     )
     received = exchange(proxy[0], request.encode()).decode()
-    assert received.startswith("HTTP/1.0 200 OK"), received
-    echoed = received.split("\r\n\r\n", 1)[1]
+    head, echoed = received.split("\r\n\r\n", 1)
+    # The client is told to open a new connection (and so get a new check) for its next request.
+    assert head.startswith("HTTP/1.0 200 OK\r\n") and head.endswith("\r\nConnection: close"), head
     assert echoed == (
         f"GET /simple/pkg?x=1 HTTP/1.1\nHost: {OUTSIDE}:{port}\nAccept: */*\nConnection: close\n\n"
     )
@@ -213,10 +227,59 @@ def test_the_servers_loopback_is_refused_with_a_reason_and_never_connected(
     )
     received = exchange(proxy[0], request.encode()).decode()
     assert received.startswith("HTTP/1.1 403 Forbidden\r\n"), received
-    assert received.endswith(egress.MSG_REFUSED.format(host="localhost", address="127.0.0.1") + "\n") or (
-        received.endswith(egress.MSG_REFUSED.format(host="localhost", address="::1") + "\n")
-    ), received
+    assert received.endswith(egress.MSG_REFUSED.format(host="localhost") + "\n"), received
     assert peers == []
+
+
+def local_address() -> str:
+    """One of this host's own IPv4 addresses that is not a loopback one (its network
+    interface's), from the kernel's routing table."""
+    found: list[str] = []
+    last = ""
+    for line in Path("/proc/net/fib_trie").read_text().splitlines():
+        if "|--" in line:
+            last = line.split("|--")[1].strip()
+        elif "/32 host LOCAL" in line and not last.startswith("127."):
+            found.append(last)
+    assert found, "this host has no network interface besides the loopback"
+    return found[0]
+
+
+@pytest.fixture
+def all_interfaces_server() -> Iterator[tuple[int, list[str]]]:
+    """A web server on every interface, as a server bound to 0.0.0.0 listens."""
+    yield from serve("0.0.0.0")
+
+
+def test_this_hosts_own_addresses_are_closed_on_every_interface(
+    proxy: tuple[str, subprocess.Popen[bytes]], all_interfaces_server: tuple[int, list[str]]
+) -> None:
+    port, peers = all_interfaces_server
+    address = local_address()
+    assert egress.is_local(ipaddress.ip_address(address))
+    assert not egress.is_local(ipaddress.ip_address("151.101.0.223"))
+    received = exchange(proxy[0], f"CONNECT {address}:{port} HTTP/1.1\r\n\r\n".encode()).decode()
+    assert received.startswith("HTTP/1.1 403 Forbidden\r\n"), received
+    assert peers == []
+
+
+def test_the_apps_own_services_stay_closed_even_inside_an_allowed_network(
+    tmp_path: Path, outside_server: tuple[int, list[str]], loopback_server: tuple[int, list[str]]
+) -> None:
+    path = tmp_path / "egress.sock"
+    # An operator opened the whole loopback; the app's services (here, "localhost") stay closed.
+    process = run_sandbox.start_egress(path, allow=("127.0.0.0/8",), deny=("localhost",))
+    try:
+        run_sandbox._wait_egress(process)
+        open_port, _ = outside_server
+        denied_port, denied_peers = loopback_server
+        opened = exchange(str(path), f"CONNECT {OUTSIDE}:{open_port} HTTP/1.1\r\n\r\n".encode())
+        refused = exchange(str(path), f"CONNECT 127.0.0.1:{denied_port} HTTP/1.1\r\n\r\n".encode())
+    finally:
+        run_sandbox._end_egress(process)
+    assert opened.startswith(b"HTTP/1.1 200 Connection established"), opened
+    assert refused.startswith(b"HTTP/1.1 403 Forbidden"), refused
+    assert denied_peers == []
 
 
 @pytest.mark.parametrize(
@@ -300,6 +363,17 @@ def test_a_sandboxed_command_never_reaches_the_servers_loopback_through_the_prox
     assert peers == []
 
 
+def test_a_command_that_has_sent_all_it_will_send_still_gets_a_late_reply(
+    run_scope: sandbox.Confinement, outside_server: tuple[int, list[str]]
+) -> None:
+    port, _peers = outside_server
+    request = f"CONNECT {OUTSIDE}:{port} HTTP/1.1\\r\\n\\r\\nGET /slow HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n"
+    # socat as the client: it closes its sending side once the request is out, then waits.
+    output = in_sandbox(run_scope, f"printf '{request}' | socat -t 10 - TCP:127.0.0.1:{egress.PORT}")
+    assert "HTTP/1.1 200 Connection established" in output, output
+    assert "HTTP/1.0 200 OK" in output and "GET /slow HTTP/1.1" in output, output
+
+
 def test_a_sandboxed_command_cannot_replace_the_egress_socket(run_scope: sandbox.Confinement) -> None:
     socket_path = run_scope.tmpdir / run_sandbox.EGRESS_DIR / run_sandbox.EGRESS_SOCKET
     output = in_sandbox(run_scope, f"rm -f {socket_path}; echo exit=$?")
@@ -314,3 +388,88 @@ def test_the_egress_ends_with_the_run(run_scope: sandbox.Confinement) -> None:
     run_scope.close()
     assert process.poll() is not None
     wait_until(lambda: not os.path.exists(f"/proc/{process.pid}"), timeout=5, what="the proxy to go")
+
+
+# --- A start that fails leaves nothing behind --------------------------------------------
+
+
+def processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_a_sandbox_that_fails_late_in_its_start_leaves_no_process_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    workdir = Path(settings.STORAGE_ROOT) / "worktrees" / "failing"
+    workdir.mkdir(parents=True)
+    tmpdir = sandbox.run_tmp_open(12)
+    proxies: list[subprocess.Popen[bytes]] = []
+    start_egress = run_sandbox.start_egress
+
+    def noting_the_proxy(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        proxies.append(start_egress(*args, **kwargs))
+        return proxies[-1]
+
+    def no_prefix(*args: Any, **kwargs: Any) -> Path:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(run_sandbox, "start_egress", noting_the_proxy)
+    monkeypatch.setattr(run_sandbox, "write_prefix", no_prefix)
+    open_before = len(os.listdir("/proc/self/fd"))
+    try:
+        with pytest.raises(sandbox.SandboxUnavailable, match="No space left on device"):
+            sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=child_path())
+        assert [proxy.poll() is not None for proxy in proxies] == [True]
+        assert processes_naming(str(tmpdir)) == []  # bubblewrap and its sandbox
+        assert len(os.listdir("/proc/self/fd")) == open_before  # its pipes and pidfd
+    finally:
+        sandbox.run_tmp_close(tmpdir)
+
+
+def test_a_proxy_that_cannot_serve_refuses_the_run_with_the_reason(settings: Any) -> None:
+    settings.CLAUDE_SANDBOX_EGRESS_ALLOW = ("not-a-network",)  # past the settings' own check
+    workdir = Path(settings.STORAGE_ROOT) / "worktrees" / "no-proxy"
+    workdir.mkdir(parents=True)
+    tmpdir = sandbox.run_tmp_open(13)
+    try:
+        with pytest.raises(sandbox.SandboxUnavailable) as refused:
+            sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=child_path())
+        assert "the sandbox's network proxy (promptmgr.egress) is not serving: it exited with code 1" in str(
+            refused.value
+        )
+        assert processes_naming(str(tmpdir)) == []
+    finally:
+        sandbox.run_tmp_close(tmpdir)
+
+
+def test_a_run_stopped_while_its_sandbox_starts_leaves_nothing_of_it(settings: Any) -> None:
+    settings.CLAUDE_SANDBOX_SCOPE = "run"
+    workdir = Path(settings.STORAGE_ROOT) / "worktrees" / "stopped"
+    workdir.mkdir(parents=True)
+    pattern = f"{sandbox._run_tmp_prefix()}14-*"
+
+    def made() -> list[Path]:
+        return list(Path(tempfile.gettempdir()).glob(pattern))
+
+    async def stop_as_it_starts() -> None:
+        starting = asyncio.ensure_future(sandbox.confine(run_id=14, workdir=workdir, path=child_path()))
+        while not made():  # the thread is at work on it
+            await asyncio.sleep(0.001)
+        starting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await starting
+        deadline = time.monotonic() + 15
+        while made() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+    tmpdirs = made()
+    asyncio.run(stop_as_it_starts())
+    assert made() == tmpdirs == []
