@@ -48,6 +48,8 @@ HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 30.0
 # A connection whose destination sends nothing for this long is closed (its client may be gone).
 IDLE_TIMEOUT = 600.0
+# Each of the app's service hosts resolves within this, or the run does not start.
+DENY_RESOLVE_TIMEOUT = 3.0
 READY = "ready"
 CHUNK = 64 * 1024
 # Hop-by-hop headers a plain HTTP request loses on its way through (RFC 9110 7.6.1).
@@ -58,6 +60,10 @@ MSG_REFUSED = (
     "commands may not reach (an operator can open a network with CLAUDE_SANDBOX_EGRESS_ALLOW)."
 )
 MSG_BAD_REQUEST = "PromptManager's sandbox proxy: {detail}."
+MSG_DENY_UNRESOLVED = (
+    "promptmgr.egress: the app's service host {host} did not resolve ({detail}); it cannot be kept closed."
+)
+MSG_NO_REPLY = "PromptManager's sandbox proxy: {host} port {port} gave no usable reply ({detail})."
 MSG_UNREACHABLE = "PromptManager's sandbox proxy: {host} port {port} could not be reached ({detail})."
 
 
@@ -131,12 +137,12 @@ def is_local(address: Address) -> bool:
     loopback's): the kernel routes to such an address from itself, so a socket
     connected to it gets it as its own address. No packet is sent."""
     family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
-    with socket.socket(family, socket.SOCK_DGRAM) as probe:
-        try:
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
             probe.connect((str(address), 9))
-        except OSError:
-            return False  # no route: not this host's
-        return ipaddress.ip_address(probe.getsockname()[0]) == address
+            return ipaddress.ip_address(probe.getsockname()[0].partition("%")[0]) == address
+    except OSError:
+        return False  # no route (or no such family here): not this host's
 
 
 def split_authority(authority: str) -> tuple[str, int]:
@@ -160,11 +166,12 @@ class Rules:
     denied: frozenset[Address] = frozenset()
 
     def open_to(self, address: Address) -> bool:
-        if address in self.denied:
+        embedded = embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else None
+        if address in self.denied or embedded in self.denied:
             return False
         if any(address in network for network in self.allow):
             return True
-        return permitted(address, ()) and not is_local(address)
+        return permitted(address, ()) and not any(is_local(a) for a in (address, embedded) if a is not None)
 
 
 async def resolve(host: str, port: int) -> list[str]:
@@ -174,11 +181,15 @@ async def resolve(host: str, port: int) -> list[str]:
 
 
 async def denied_addresses(hosts: Sequence[str]) -> frozenset[Address]:
-    """The addresses ``hosts`` resolve to now (a name that does not resolve adds none)."""
+    """The addresses ``hosts`` resolve to now. One that does not resolve stops the proxy
+    (``SystemExit``, the run is refused): an address it could not keep closed stays closed."""
     denied: set[Address] = set()
     for host in hosts:
-        with contextlib.suppress(OSError, TimeoutError, UnicodeError):
-            denied.update(ipaddress.ip_address(a.partition("%")[0]) for a in await resolve(host, 0))
+        try:
+            found = await asyncio.wait_for(resolve(host, 0), DENY_RESOLVE_TIMEOUT)
+        except (OSError, TimeoutError, UnicodeError) as exc:
+            raise SystemExit(MSG_DENY_UNRESOLVED.format(host=host, detail=exc or "timed out")) from None
+        denied.update(ipaddress.ip_address(address.partition("%")[0]) for address in found)
     return frozenset(denied)
 
 
@@ -253,9 +264,13 @@ async def forward_response_head(source: asyncio.StreamReader, sink: asyncio.Stre
         return
 
 
-async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+async def pipe(
+    source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, idle: float | None = None
+) -> None:
+    """Copy ``source`` to ``sink`` until EOF (passed on as EOF), an error or ``idle``
+    seconds without a byte (both closing ``sink``)."""
     try:
-        while data := await asyncio.wait_for(source.read(CHUNK), IDLE_TIMEOUT):
+        while data := await asyncio.wait_for(source.read(CHUNK), idle):
             sink.write(data)
             await sink.drain()
         if sink.can_write_eof():
@@ -269,14 +284,35 @@ async def relay(
     writer: asyncio.StreamWriter,
     upstream_reader: asyncio.StreamReader,
     upstream: asyncio.StreamWriter,
+    *,
+    target: tuple[str, int],
+    plain: bool,
 ) -> None:
-    """Bytes both ways until the destination is done (or silent for ``IDLE_TIMEOUT``): a
-    client that has sent all it will send still gets the reply, and one that never closes
-    is not waited for once the destination has closed."""
+    """Bytes both ways until the destination is done, or has sent nothing for
+    ``IDLE_TIMEOUT``: a client that has sent all it will send still gets the reply, one
+    that sends nothing while it downloads keeps the connection, and one that never closes
+    is not waited for once the destination has closed. A plain HTTP reply's heads are
+    rewritten on their way (``forward_response_head``) while the request's body goes on."""
     sending = asyncio.ensure_future(pipe(reader, upstream))
-    replying = asyncio.ensure_future(pipe(upstream_reader, writer))
     try:
-        await replying
+        if plain:
+            try:
+                await forward_response_head(upstream_reader, writer)
+            except (
+                asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError,
+                TimeoutError,
+                OSError,
+                ValueError,
+            ) as exc:
+                detail = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
+                respond(
+                    writer,
+                    "502 Bad Gateway",
+                    MSG_NO_REPLY.format(host=target[0], port=target[1], detail=detail),
+                )
+                return
+        await pipe(upstream_reader, writer, idle=IDLE_TIMEOUT)
     finally:
         sending.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -290,7 +326,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, 
     try:
         try:
             raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
             return
         request_line, *headers = raw.decode("latin-1").split("\r\n")[:-2]
         try:
@@ -316,13 +352,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, 
             return
         if head:
             upstream.write(head)
-            try:
-                await forward_response_head(upstream_reader, writer)
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
-                return
         else:
             writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await relay(reader, writer, upstream_reader, upstream)
+        await relay(reader, writer, upstream_reader, upstream, target=(host, port), plain=bool(head))
     finally:
         for stream in (upstream, writer):
             if stream is not None:

@@ -23,7 +23,8 @@ capability with ``setpriv`` and runs the command there, about 7 ms. The policy (
 - its own ``/proc`` (the run's commands only), ``/dev``, network (a loopback of its own: no
   host, no Redis, no app), IPC, UTS and user namespace; no capabilities, ``no_new_privs``;
 - the network through the run's egress proxy (``promptmgr.egress``, outside, one process
-  per run), which never opens this server or a private network: ``socat`` in the sandbox
+  per run), which never opens this server, the app's services or a private network
+  unless the operator allows it: ``socat`` in the sandbox
   passes ``127.0.0.1:3128`` to the proxy's socket, and every command gets ``HTTP_PROXY``
   and ``HTTPS_PROXY`` pointing there (``NO_PROXY`` keeps the sandbox's own loopback direct);
 - the API key, ``ASK_USER_CONFIG`` and the CLI's messaging socket and token out of every
@@ -81,8 +82,9 @@ EGRESS_SOCKET = "socket"
 PROXY_URL = f"http://127.0.0.1:{egress.PORT}"
 NO_PROXY = "localhost,127.0.0.1,::1"
 # The sandbox's first process: socat passes the commands' proxy connections (its own
-# loopback) to the egress socket, waiting as long as the egress for a reply after a command
-# has sent all it will (-t; its default 0.5 s cuts late replies off); once it listens, the
+# loopback) to the egress socket, leaving it to the egress to end a connection once a
+# command has sent all it will (-t, longer than egress.IDLE_TIMEOUT; socat's default 0.5 s
+# cut late replies off); once it listens, the
 # shell says so on the ready pipe ($3) and becomes the sleep that holds the sandbox (a socat
 # that failed keeps the loop trying until RunSandbox.start gives up, START_TIMEOUT).
 SANDBOX_INIT = """
@@ -270,13 +272,14 @@ class RunSandbox:
         # its private /tmp.
         marker = f"/tmp/.pm-sandbox-{secrets.token_hex(8)}"
         mounts = mount_arguments(policy)
-        read_end, write_end = os.pipe()
-        ready_read, ready_write = os.pipe()
-        open_ends = [read_end, write_end, ready_read, ready_write]
+        # Every pipe end still open here, closed on the way out whatever happens.
+        open_ends: list[int] = []
         proxy: subprocess.Popen[bytes] | None = None
         process: subprocess.Popen[bytes] | None = None
         handle = -1
         try:
+            read_end, write_end = _pipe(open_ends)
+            ready_read, ready_write = _pipe(open_ends)
             proxy = start_egress(egress_socket, allow=policy.egress_allow, deny=policy.egress_deny)
             try:
                 process = subprocess.Popen(
@@ -315,8 +318,8 @@ class RunSandbox:
             finally:
                 # Only bubblewrap writes these: EOF on them means it (or the sandbox) is gone.
                 for end in (write_end, ready_write):
-                    os.close(end)
                     open_ends.remove(end)
+                    os.close(end)
             info = _read_info(read_end, process)
             pid, namespace = int(info["child-pid"]), int(info["mnt-namespace"])
             # bubblewrap reports the sandbox as it begins setting it up; commands may enter
@@ -328,10 +331,12 @@ class RunSandbox:
         except BaseException:
             if handle >= 0:
                 os.close(handle)
-            if process is not None:
-                _kill(process)
-            if proxy is not None:
-                _end_egress(proxy)
+            try:
+                if process is not None:
+                    _kill(process)
+            finally:
+                if proxy is not None:
+                    _end_egress(proxy)
             raise
         finally:
             for end in open_ends:
@@ -355,10 +360,19 @@ class RunSandbox:
                     os.close(self.handle)
                     self.handle = -1
         finally:
-            _kill(self.process)
-            if self.egress is not None:
-                _end_egress(self.egress)
-                self.egress = None
+            try:
+                _kill(self.process)
+            finally:
+                if self.egress is not None:
+                    _end_egress(self.egress)
+                    self.egress = None
+
+
+def _pipe(into: list[int]) -> tuple[int, int]:
+    """A pipe whose ends are noted in ``into`` as soon as they exist."""
+    ends = os.pipe()
+    into.extend(ends)
+    return ends
 
 
 def start_egress(
@@ -398,7 +412,11 @@ def _wait_egress(process: subprocess.Popen[bytes]) -> None:
     assert process.stdout is not None
     said = _read_until(process.stdout.fileno(), lambda data: egress.READY.encode() in data)
     if egress.READY.encode() not in said:
-        code = process.poll()
+        try:
+            # Its standard output closed: it is exiting, and says how in a moment.
+            code: int | None = process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            code = None
         state = f"it exited with code {code}" if code is not None else "it did not start in time"
         raise RunSandboxError(f"the sandbox's network proxy (promptmgr.egress) is not serving: {state}")
 

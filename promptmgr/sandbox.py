@@ -437,5 +437,10 @@ async def confine(*, run_id: int, workdir: Path, path: str) -> Confinement:
 
 
 def _close_unclaimed(preparing: asyncio.Future[Confinement]) -> None:
-    if not preparing.cancelled() and preparing.exception() is None:
-        asyncio.get_running_loop().run_in_executor(None, preparing.result().close)
+    if preparing.cancelled() or preparing.exception() is not None:
+        return
+    close = preparing.result().close
+    try:
+        asyncio.get_running_loop().run_in_executor(None, close)
+    except RuntimeError:  # the loop's executor is shutting down with the worker
+        threading.Thread(target=close, name="close-unclaimed-confinement", daemon=True).start()

@@ -34,13 +34,32 @@ OUTSIDE_NETWORK = f"{OUTSIDE}/32"
 
 
 SLOW_SECONDS = 1.5
+DRIP_PIECES = 8
+DRIP_GAP = 0.15
 
 
 class Recorder(http.server.BaseHTTPRequestHandler):
     """Answers every GET with what it received: its request line and headers (``/slow``
     after ``SLOW_SECONDS``)."""
 
+    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
     def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+        if self.path.startswith("/drip"):
+            # A download that takes longer than the proxy's idle limit (patched short),
+            # though each piece comes well within it.
+            self.send_response(200)
+            self.end_headers()
+            for piece in range(DRIP_PIECES):
+                self.wfile.write(f"piece {piece}\n".encode())
+                self.wfile.flush()
+                time.sleep(DRIP_GAP)
+            return
         if self.path.startswith("/slow"):
             time.sleep(SLOW_SECONDS)
         body = f"{self.requestline}\n{self.headers}".encode()
@@ -212,6 +231,62 @@ def test_a_client_that_never_closes_gets_the_reply_and_holds_nothing_open_after_
         assert received.startswith(b"HTTP/1.0 200 OK"), received
         # The client still holds its end; the proxy has let go of both of its own.
         wait_until(lambda: open_files() == at_rest, timeout=5, what="the proxy to close the connection")
+
+
+def test_a_plain_http_requests_body_reaches_the_destination(
+    proxy: tuple[str, subprocess.Popen[bytes]], outside_server: tuple[int, list[str]]
+) -> None:
+    port, _peers = outside_server
+    request = f"POST http://{OUTSIDE}:{port}/upload HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(10)
+        client.connect(proxy[0])
+        client.sendall(request.encode())  # and waits for the reply, sending nothing more
+        received = b""
+        while chunk := client.recv(65536):
+            received += chunk
+    assert received.startswith(b"HTTP/1.0 200 OK"), received
+    assert received.endswith(b"\r\n\r\nhello"), received
+
+
+def test_a_client_that_sends_nothing_while_it_downloads_gets_the_whole_download(
+    outside_server: tuple[int, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port, _peers = outside_server
+    monkeypatch.setattr(egress, "IDLE_TIMEOUT", DRIP_GAP * 3)
+    path = str(tmp_path / "in-process.sock")
+
+    async def download() -> bytes:
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(path)
+        listener.listen()
+        rules = egress.Rules(allow=(ipaddress.ip_network(OUTSIDE_NETWORK),))
+        server = await egress.open_server(listener, rules)
+        reader, writer = await asyncio.open_unix_connection(path)
+        writer.write(f"CONNECT {OUTSIDE}:{port} HTTP/1.1\r\n\r\nGET /drip HTTP/1.1\r\n\r\n".encode())
+        received = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        server.close()
+        return received
+
+    received = asyncio.run(download())
+    assert received.endswith(f"piece {DRIP_PIECES - 1}\n".encode()), received
+
+
+def test_the_apps_services_stay_closed_in_every_ipv6_form() -> None:
+    rules = egress.Rules(denied=frozenset({ipaddress.ip_address("93.184.215.14")}))
+    assert rules.open_to(ipaddress.ip_address("93.184.215.15"))
+    for form in ("93.184.215.14", "::ffff:93.184.215.14", "64:ff9b::93.184.215.14", "::93.184.215.14"):
+        assert not rules.open_to(ipaddress.ip_address(form)), form
+
+
+def test_a_service_host_that_does_not_resolve_refuses_the_run(tmp_path: Path) -> None:
+    process = run_sandbox.start_egress(tmp_path / "egress.sock", allow=(), deny=("db.invalid",))
+    try:
+        with pytest.raises(run_sandbox.RunSandboxError, match="not serving: it exited with code 1"):
+            run_sandbox._wait_egress(process)
+    finally:
+        run_sandbox._end_egress(process)
 
 
 @pytest.mark.parametrize("form", ["connect", "plain"])
