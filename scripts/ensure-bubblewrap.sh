@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Make sure the sandbox can run: bubblewrap (bwrap), socat (Claude Code's sandbox per
-# command, the default scope) and util-linux's nsenter and setpriv (the run's own sandbox).
+# Make sure the sandbox can run: bubblewrap (bwrap), socat (the run's own sandbox passes
+# its commands' network to the egress with it; Claude Code's sandbox per command needs it
+# too) and util-linux's nsenter and setpriv (how each command enters the run's sandbox).
 # Runs refuse to start without them unless CLAUDE_SANDBOX=off (see README).
 set -euo pipefail
 
