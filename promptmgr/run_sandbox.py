@@ -322,16 +322,17 @@ class RunSandbox:
                     os.close(end)
             info = _read_info(read_end, process)
             pid, namespace = int(info["child-pid"]), int(info["mnt-namespace"])
+            handle = _open_first_process(pid, namespace)
             # bubblewrap reports the sandbox as it begins setting it up; commands may enter
             # once its first process has socat listening, and the egress serves.
             _wait_ready(ready_read, process)
             _wait_egress(proxy)
-            handle = _open_first_process(pid, namespace)
             prefix = write_prefix(policy, pid=pid, mount_namespace=namespace, marker=marker)
         except BaseException:
-            if handle >= 0:
-                os.close(handle)
             try:
+                # Gone on return, as after stop (bubblewrap's own death reaches the sandbox
+                # only a moment later).
+                _end_first_process(handle)
                 if process is not None:
                     _kill(process)
             finally:
@@ -348,17 +349,8 @@ class RunSandbox:
         process, which dies with bubblewrap), and the run's egress."""
         try:
             self.prefix_path.unlink(missing_ok=True)
-            # The sandbox's first process is killed through its pidfd (no PID reuse can
-            # redirect the kill); the PID namespace, with everything in it, goes with it.
-            if self.handle >= 0:
-                try:
-                    with contextlib.suppress(ProcessLookupError):
-                        signal.pidfd_send_signal(self.handle, signal.SIGKILL)
-                    # A pidfd reads ready once its process has exited: the sandbox is gone.
-                    _readable(self.handle, STOP_TIMEOUT)
-                finally:
-                    os.close(self.handle)
-                    self.handle = -1
+            handle, self.handle = self.handle, -1
+            _end_first_process(handle)
         finally:
             try:
                 _kill(self.process)
@@ -366,6 +358,21 @@ class RunSandbox:
                 if self.egress is not None:
                     _end_egress(self.egress)
                     self.egress = None
+
+
+def _end_first_process(handle: int) -> None:
+    """Kill the sandbox's first process through its pidfd ``handle`` (-1: none; no PID reuse
+    can redirect the kill) and wait until it has exited: the PID namespace, with everything
+    in it, is gone on return. The pidfd is closed."""
+    if handle < 0:
+        return
+    try:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(handle, signal.SIGKILL)
+        # A pidfd reads ready once its process has exited.
+        _readable(handle, STOP_TIMEOUT)
+    finally:
+        os.close(handle)
 
 
 def _pipe(into: list[int]) -> tuple[int, int]:
