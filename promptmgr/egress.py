@@ -119,17 +119,16 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | Non
     return None
 
 
-def permitted(address: Address, allow: Sequence[Network]) -> bool:
-    """Whether a sandboxed command may reach ``address`` as far as its network goes: one
-    inside a network the operator allowed, or one in none of the ``CLOSED`` networks (an
-    IPv6 address that carries an IPv4 one is judged by that one too)."""
-    if any(address in network for network in allow):
-        return True
-    if isinstance(address, ipaddress.IPv6Address):
-        embedded = embedded_ipv4(address)
-        if embedded is not None and not permitted(embedded, allow):
-            return False
-    return not any(address in network for network in CLOSED)
+def forms(address: Address) -> tuple[Address, ...]:
+    """``address``, and the IPv4 address it carries if it is an IPv6 one that does: each is
+    judged, so no IPv6 spelling of a closed or denied address gets through."""
+    embedded = embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else None
+    return (address,) if embedded is None else (address, embedded)
+
+
+def closed(address: Address) -> bool:
+    """Whether ``address`` (in any of its ``forms``) lies in one of the ``CLOSED`` networks."""
+    return any(form in network for form in forms(address) for network in CLOSED)
 
 
 def is_local(address: Address) -> bool:
@@ -166,18 +165,22 @@ class Rules:
     denied: frozenset[Address] = frozenset()
 
     def open_to(self, address: Address) -> bool:
-        embedded = embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else None
-        if address in self.denied or embedded in self.denied:
+        if any(form in self.denied for form in forms(address)):
             return False
         if any(address in network for network in self.allow):
             return True
-        return permitted(address, ()) and not any(is_local(a) for a in (address, embedded) if a is not None)
+        return not closed(address) and not any(is_local(form) for form in forms(address))
 
 
-async def resolve(host: str, port: int) -> list[str]:
+async def resolve(host: str, port: int, *, timeout: float = CONNECT_TIMEOUT) -> list[str]:
     loop = asyncio.get_running_loop()
-    found = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), CONNECT_TIMEOUT)
+    found = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), timeout)
     return [str(info[4][0]) for info in found]
+
+
+def reason(exc: BaseException) -> str:
+    """What went wrong, for a message (a timeout's own text is empty)."""
+    return str(exc) or ("timed out" if isinstance(exc, TimeoutError) else type(exc).__name__)
 
 
 async def denied_addresses(hosts: Sequence[str]) -> frozenset[Address]:
@@ -186,9 +189,9 @@ async def denied_addresses(hosts: Sequence[str]) -> frozenset[Address]:
     denied: set[Address] = set()
     for host in hosts:
         try:
-            found = await asyncio.wait_for(resolve(host, 0), DENY_RESOLVE_TIMEOUT)
-        except (OSError, TimeoutError, UnicodeError) as exc:
-            raise SystemExit(MSG_DENY_UNRESOLVED.format(host=host, detail=exc or "timed out")) from None
+            found = await resolve(host, 0, timeout=DENY_RESOLVE_TIMEOUT)
+        except (OSError, UnicodeError) as exc:  # TimeoutError is an OSError
+            raise SystemExit(MSG_DENY_UNRESOLVED.format(host=host, detail=reason(exc))) from None
         denied.update(ipaddress.ip_address(address.partition("%")[0]) for address in found)
     return frozenset(denied)
 
@@ -202,12 +205,12 @@ async def open_checked(
     usable = [a for a in addresses if rules.open_to(ipaddress.ip_address(a.partition("%")[0]))]
     if not usable:
         raise Refused(MSG_REFUSED.format(host=host))
-    failure: OSError = OSError("no address")
+    failure = OSError("no address")
     for address in usable:
         try:
             return await asyncio.wait_for(asyncio.open_connection(address, port), CONNECT_TIMEOUT)
-        except (OSError, TimeoutError) as exc:
-            failure = exc if isinstance(exc, OSError) else OSError("timed out")
+        except OSError as exc:  # TimeoutError included
+            failure = exc
     raise failure
 
 
@@ -275,7 +278,7 @@ async def pipe(
             await sink.drain()
         if sink.can_write_eof():
             sink.write_eof()
-    except (OSError, RuntimeError, TimeoutError):
+    except (OSError, RuntimeError):  # TimeoutError (idle) is an OSError
         sink.close()
 
 
@@ -298,19 +301,9 @@ async def relay(
         if plain:
             try:
                 await forward_response_head(upstream_reader, writer)
-            except (
-                asyncio.IncompleteReadError,
-                asyncio.LimitOverrunError,
-                TimeoutError,
-                OSError,
-                ValueError,
-            ) as exc:
-                detail = "timed out" if isinstance(exc, TimeoutError) else type(exc).__name__
-                respond(
-                    writer,
-                    "502 Bad Gateway",
-                    MSG_NO_REPLY.format(host=target[0], port=target[1], detail=detail),
-                )
+            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError) as exc:
+                detail = MSG_NO_REPLY.format(host=target[0], port=target[1], detail=reason(exc))
+                respond(writer, "502 Bad Gateway", detail)
                 return
         await pipe(upstream_reader, writer, idle=IDLE_TIMEOUT)
     finally:
@@ -326,7 +319,7 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, 
     try:
         try:
             raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
             return
         request_line, *headers = raw.decode("latin-1").split("\r\n")[:-2]
         try:
@@ -347,8 +340,10 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, 
         except Refused as exc:
             respond(writer, "403 Forbidden", str(exc))
             return
-        except (OSError, UnicodeError, TimeoutError) as exc:
-            respond(writer, "502 Bad Gateway", MSG_UNREACHABLE.format(host=host, port=port, detail=exc))
+        except (OSError, UnicodeError) as exc:
+            respond(
+                writer, "502 Bad Gateway", MSG_UNREACHABLE.format(host=host, port=port, detail=reason(exc))
+            )
             return
         if head:
             upstream.write(head)
