@@ -11,7 +11,8 @@ starts (``RunSandbox.start``, which returns once commands can enter it), a long-
 ``sleep`` under bubblewrap with the same policy, and the CLI runs each shell command
 through ``CLAUDE_CODE_SHELL_PREFIX``: a small shell script of the run's own
 (``write_prefix``) that joins the sandbox's namespaces with ``nsenter``, drops every
-capability with ``setpriv`` and runs the command there, about 7 ms. The policy (``Policy``, filled in by ``sandbox.start_run_sandbox``):
+capability with ``setpriv`` and runs the command there, about 7 ms. The policy
+(``Policy``, filled in by ``sandbox.start_run_sandbox``):
 
 - the host's root read-only; ``/tmp``, ``/var/tmp``, ``/dev/shm`` private to the run (empty
   and writable, gone with the run); the server's home, the app's code, ``VAR_DIR``,
@@ -24,9 +25,9 @@ capability with ``setpriv`` and runs the command there, about 7 ms. The policy (
   host, no Redis, no app), IPC, UTS and user namespace; no capabilities, ``no_new_privs``;
 - the network through the run's egress proxy (``promptmgr.egress``, outside, one process
   per run), which never opens this server, the app's services or a private network
-  unless the operator allows it: ``socat`` in the sandbox
-  passes ``127.0.0.1:3128`` to the proxy's socket, and every command gets ``HTTP_PROXY``
-  and ``HTTPS_PROXY`` pointing there (``NO_PROXY`` keeps the sandbox's own loopback direct);
+  unless the operator allows it: ``socat`` in the sandbox passes ``127.0.0.1:3128`` to
+  the proxy's socket, and every command gets ``HTTP_PROXY`` and ``HTTPS_PROXY`` pointing
+  there (``NO_PROXY`` keeps the sandbox's own loopback direct);
 - the API key, ``ASK_USER_CONFIG`` and the CLI's messaging socket and token out of every
   command's environment, and the messaging socket's directory hidden.
 
@@ -84,9 +85,9 @@ NO_PROXY = "localhost,127.0.0.1,::1"
 # The sandbox's first process: socat passes the commands' proxy connections (its own
 # loopback) to the egress socket, leaving it to the egress to end a connection once a
 # command has sent all it will (-t, longer than egress.IDLE_TIMEOUT; socat's default 0.5 s
-# cut late replies off); once it listens, the
-# shell says so on the ready pipe ($3) and becomes the sleep that holds the sandbox (a socat
-# that failed keeps the loop trying until RunSandbox.start gives up, START_TIMEOUT).
+# cut late replies off); once it listens, the shell says so on the ready pipe ($3) and
+# becomes the sleep that holds the sandbox (a socat that failed keeps the loop trying until
+# RunSandbox.start gives up, START_TIMEOUT).
 SANDBOX_INIT = """
 socat -lf /dev/null -t 3600 "TCP-LISTEN:$1,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:$2" &
 until (exec 9<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; do :; done
@@ -142,8 +143,8 @@ class Policy:
     ``hidden`` directories are emptied (``scratch`` ones stay writable, the rest read-only),
     ``files`` lie under /dev/null, ``readable`` is bound back read-only, ``workdir`` and
     ``tmpdir`` writable; ``hidden_env`` never reaches a command; ``trusted_command`` is the
-    one command line (the ask-user MCP server's) the prefix runs outside; the egress
-    reaches public addresses and ``egress_allow``."""
+    one command line (the ask-user MCP server's) the prefix runs outside; the egress opens
+    what ``egress.Rules`` opens with ``egress_allow`` and ``egress_deny``."""
 
     workdir: Path
     tmpdir: Path
