@@ -93,15 +93,28 @@ def begin_drain() -> None:
 async def _run_drain(drain: Drain) -> None:
     from core import events
     from promptmgr import run_queue
-    from promptmgr.runner import shutdown_all
+    from promptmgr.runner import active_tasks, shutdown_all
 
     logger.info("shutting down: stopping this worker's runs, then its open streams")
     # Runs the queue delivers from now on go back to it, for another worker.
     run_queue.begin_drain()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
     stopped = await shutdown_all(timeout=DRAIN_RUNS_TIMEOUT)
+    runs_took = loop.time() - began
     # Their streams here end with the runs' closing events: the last of them was written
     # a moment ago, and the shared reader hands it over on its next read.
     await events.tails_delivered(stopped, timeout=CLOSING_EVENTS_GRACE)
+    # Stage by stage, so a slow shutdown says where its time went.
+    logger.info(
+        "shutting down: %d runs stopped in %.2f s (%d still stopping), their closing events "
+        "handed over in %.2f s; %d open streams told to reconnect",
+        len(stopped),
+        runs_took,
+        len(active_tasks()),
+        loop.time() - began - runs_took,
+        len(drain.waiting),
+    )
     drain.closing_streams = True
     for task in list(drain.waiting):
         task.cancel()
@@ -178,8 +191,11 @@ async def stop_run_host() -> None:
     from promptmgr.recovery import stop_sweeper
     from promptmgr.runner import WORKER_ID, shutdown_all
 
+    loop = asyncio.get_running_loop()
+    began = loop.time()
     await stop_sweeper()
     await shutdown_all()
+    runs_ended = loop.time()
     # The queue's worker threads are free once the runs ended; what they fetched and did
     # not start goes back to the queue.
     await run_queue.stop()
@@ -187,6 +203,11 @@ async def stop_run_host() -> None:
     await askuser.policy_stop_all()
     with contextlib.suppress(Exception):  # Redis may be gone: the registration lapses anyway
         await live.worker_forget(WORKER_ID)
+    logger.info(
+        "stopped: the runs ended in %.2f s, the run queue and the rest in %.2f s",
+        runs_ended - began,
+        loop.time() - runs_ended,
+    )
 
 
 async def on_startup() -> None:

@@ -101,6 +101,11 @@ class ServerProcess(_Process):
         except httpx.HTTPError:
             return False
 
+    def said(self, lines: int = 40) -> str:
+        """The last ``lines`` of its log but the access lines: what a failure report needs."""
+        kept = [line for line in self.log.read_text().splitlines() if 'HTTP/1.1"' not in line]
+        return "\n".join(kept[-lines:])
+
     def login(self, username: str) -> httpx.Client:
         client = httpx.Client(base_url=self.url, timeout=30, follow_redirects=False)
         page = client.get("/accounts/login/")

@@ -64,7 +64,7 @@ def test_sigterm_ends_every_stream_with_a_closing_event_and_the_server_within_5_
 
     took = stopping.terminate()
 
-    assert took <= SHUTDOWN_LIMIT, f"the shutdown took {took:.2f}s"
+    assert took <= SHUTDOWN_LIMIT, f"the shutdown took {took:.2f}s; the server said:\n{stopping.said()}"
     own_events = own_stream.join()
     assert (own_events[-2].event, own_events[-1].event) == ("run_status", "done")
     assert own_events[-1].data == {"status": "cancelled"}
