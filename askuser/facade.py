@@ -112,6 +112,12 @@ async def cards_close_for_run(run_id: int) -> None:
     await permissions_close_for_run(run_id=run_id)
 
 
+async def polls_release() -> int:
+    """This worker shuts down: the relay long-polls it holds answer "still waiting" now,
+    and any it gets later at once (``live.polls_release``); how many it held."""
+    return await live.polls_release()
+
+
 async def forget_questions(run_id: int) -> None:
     """The run ended: its question cache goes from Redis (the database keeps the questions)."""
     await live.questions_forget(run_id)

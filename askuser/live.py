@@ -6,11 +6,18 @@ stream (``core.events``). Key names of this app live here and nowhere else.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import json
-from typing import Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from core.events import run_key
 from core.redis import encode_json, get_async_redis, get_redis, key_prefix
+
+if TYPE_CHECKING:
+    from redis import asyncio as aredis
 
 QUESTION_TTL_GRACE = 60  # seconds a question stays cached after it expires
 RELAY_TOKEN_TTL_GRACE = 300
@@ -184,25 +191,101 @@ async def answer_wake(question_id: str, *, ttl: int) -> None:
     await answer_push(question_id, ANSWER_WAKE, ttl=ttl)
 
 
+class _HeldPolls:
+    """The relay's long-polls one event loop holds: the Redis client id of each one's
+    blocked ``BLMOVE``.
+
+    A web worker that shuts down ends them at once (``polls_release``) rather than holding
+    its shutdown for up to a poll's 25 s: behind one address any worker may hold a poll,
+    for a run another worker owns, and its MCP server simply polls again. The SDK engine's
+    own waits, inside its runs, are not among them: the runs stop with the worker."""
+
+    def __init__(self) -> None:
+        self.blocked: set[int] = set()
+        self.released = False
+
+
+_held: dict[int, tuple[asyncio.AbstractEventLoop, _HeldPolls]] = {}
+_relay_poll: contextvars.ContextVar[bool] = contextvars.ContextVar("relay_poll", default=False)
+
+
+def _held_polls() -> _HeldPolls:
+    loop = asyncio.get_running_loop()
+    cached = _held.get(id(loop))
+    # The identity check guards against a new loop reusing a dead loop's id.
+    if cached is None or cached[0] is not loop:
+        cached = _held[id(loop)] = (loop, _HeldPolls())
+    return cached[1]
+
+
+@contextlib.contextmanager
+def relay_poll() -> Iterator[None]:
+    """Around a relay endpoint's long-poll: the worker's shutdown may end its wait."""
+    token = _relay_poll.set(True)
+    try:
+        yield
+    finally:
+        _relay_poll.reset(token)
+
+
 async def answer_pop(question_id: str, *, wait_seconds: float) -> dict[str, Any] | None:
     """Take the answer (once), waiting up to ``wait_seconds`` for it to arrive.
 
     The answer is moved, atomically, to the taken key: from that moment ``answer_taken``
-    says it was collected, while an answer recorded but not yet pushed is not.
+    says it was collected, while an answer recorded but not yet pushed is not. A relay
+    poll (``relay_poll``) waits no more once this worker released its polls (it is shutting
+    down).
     """
     client = get_async_redis()
     source, taken = answer_key(question_id), answer_taken_key(question_id)
+    held = _held_polls() if _relay_poll.get() else None
     raw: Any
-    if wait_seconds <= 0:
+    if wait_seconds <= 0 or (held is not None and held.released):
         raw = await client.lmove(source, taken, "LEFT", "RIGHT")
-    else:
+    elif held is None:
         # Redis takes fractional seconds here; redis-py's annotation says int.
         raw = await client.blmove(source, taken, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
+    else:
+        raw = await _releasable_move(client, held, source, taken, wait_seconds)
     if not raw:
         return None
     await client.expire(taken, ANSWER_TAKEN_TTL)
     answer: dict[str, Any] = json.loads(raw)
     return answer
+
+
+async def _releasable_move(
+    client: aredis.Redis, held: _HeldPolls, source: str, taken: str, wait_seconds: float
+) -> Any:
+    """``BLMOVE`` on a connection whose Redis client id ``polls_release`` may unblock.
+
+    Unblocked (``CLIENT UNBLOCK``), the command ends as at its timeout, within Redis:
+    either it moved the answer, and returns it, or it moved nothing. The alternatives lose:
+    a cancelled command may have moved the answer nobody then returns, and a wake-up
+    pushed to the list may be taken by another poll of the question (the run's own poll,
+    through its own worker), leaving this one blocked."""
+    async with client.client() as connection:
+        client_id = int(await connection.client_id())
+        held.blocked.add(client_id)
+        try:
+            return await connection.blmove(source, taken, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
+        finally:
+            held.blocked.discard(client_id)
+
+
+async def polls_release() -> int:
+    """End every relay long-poll this worker holds, as if its wait had run out (each then
+    answers "still waiting"; nothing is taken from the question), and hold none from now
+    on; how many were held."""
+    held = _held_polls()
+    held.released = True
+    blocked = list(held.blocked)
+    if blocked:
+        pipe = get_async_redis().pipeline(transaction=False)
+        for client_id in blocked:
+            pipe.client_unblock(client_id)
+        await pipe.execute()
+    return len(blocked)
 
 
 async def answer_taken(question_id: str) -> bool:

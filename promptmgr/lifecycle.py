@@ -2,12 +2,14 @@
 (``manage.py runworker``: ``serve_worker``), and the drain on SIGTERM.
 
 uvicorn, told to stop, first waits for open connections to close, and only then sends
-the lifespan's shutdown. An SSE stream never closes by itself, so every shutdown would
-last the whole graceful timeout and then cut the streams without a word. Instead, the
-first SIGTERM (or SIGINT) starts the drain at once (``begin_drain``): the runs this
-worker owns are stopped, so their streams end with the runs' closing events; then every
-other open stream ends with a ``reconnect`` event (``sse.event_stream``), so its client
-goes on with another worker, or with this one once it is back.
+the lifespan's shutdown. An SSE stream never closes by itself, nor does a relay long-poll
+for 25 s, so every shutdown would last the whole graceful timeout and then cut them
+without a word. Instead, the first SIGTERM (or SIGINT) starts the drain at once
+(``begin_drain``): the relay long-polls answer "still waiting" (their MCP servers poll
+again elsewhere; nothing is taken from the question), the runs this worker owns are
+stopped, so their streams end with the runs' closing events; then every other open
+stream ends with a ``reconnect`` event (``sse.event_stream``), so its client goes on with
+another worker, or with this one once it is back.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any
 
+import redis
 from asgiref.sync import sync_to_async
 
 logger = logging.getLogger(__name__)
@@ -91,6 +94,7 @@ def begin_drain() -> None:
 
 
 async def _run_drain(drain: Drain) -> None:
+    from askuser import facade as askuser
     from core import events
     from promptmgr import run_queue
     from promptmgr.runner import active_tasks, shutdown_all
@@ -98,6 +102,14 @@ async def _run_drain(drain: Drain) -> None:
     logger.info("shutting down: stopping this worker's runs, then its open streams")
     # Runs the queue delivers from now on go back to it, for another worker.
     run_queue.begin_drain()
+    # Relay long-polls end now, whoever's run they wait for: their MCP servers poll again
+    # (this worker accepts no new connection by now), and a poll held here would hold the
+    # shutdown for up to 25 s.
+    try:
+        released = await askuser.polls_release()
+    except redis.RedisError as exc:
+        released = 0
+        logger.warning("shutting down: the held long-polls could not be woken: %s", exc)
     loop = asyncio.get_running_loop()
     began = loop.time()
     stopped = await shutdown_all(timeout=DRAIN_RUNS_TIMEOUT)
@@ -107,8 +119,9 @@ async def _run_drain(drain: Drain) -> None:
     await events.tails_delivered(stopped, timeout=CLOSING_EVENTS_GRACE)
     # Stage by stage, so a slow shutdown says where its time went.
     logger.info(
-        "shutting down: %d runs stopped in %.2f s (%d still stopping), their closing events "
-        "handed over in %.2f s; %d open streams told to reconnect",
+        "shutting down: %d long-polls released; %d runs stopped in %.2f s (%d still "
+        "stopping), their closing events handed over in %.2f s; %d open streams told to reconnect",
+        released,
         len(stopped),
         runs_took,
         len(active_tasks()),

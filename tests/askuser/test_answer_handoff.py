@@ -6,6 +6,7 @@ between ``answer_submit``'s commit and its push is simulated by writing only the
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -90,3 +91,71 @@ async def test_a_waiting_poll_is_not_told_consumed_before_anybody_took_the_answe
         result = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.1)
         assert result.status == "waiting"
     assert not await live.answer_taken(question_id)
+
+
+async def _until_held(count: int) -> None:
+    """Until ``count`` relay polls of this loop are blocked in Redis."""
+    for _ in range(500):
+        if len(live._held_polls().blocked) == count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{count} relay polls never blocked")
+
+
+async def _relay_poll(run_id: int, question_id: str) -> services.PollResult:
+    with live.relay_poll():
+        return await services.answer_wait(run_id=run_id, question_id=question_id, wait_seconds=20)
+
+
+@pytest.mark.asyncio
+async def test_released_relay_polls_answer_waiting_and_the_answer_goes_to_a_poll_still_waiting(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = await sync_to_async(make_run)(owner=alice)
+    card = await services.question_create(
+        run_id=run.pk,
+        source=QuestionSource.MCP,
+        questions=[QuestionSpec.model_validate(QUESTION)],
+        timeout=300,
+    )
+    question_id = card["question_id"]
+    # The run's own wait (another worker's poll, or the SDK engine's) is not this worker's to end.
+    own = asyncio.create_task(services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=20))
+    held = asyncio.create_task(_relay_poll(run.pk, question_id))
+    await _until_held(1)
+
+    assert await live.polls_release() == 1
+
+    # Bounded only so that a poll that was not released fails here instead of after 20 s.
+    assert (await asyncio.wait_for(held, 5)).status == "waiting"
+    later = await asyncio.wait_for(_relay_poll(run.pk, question_id), 5)
+    assert later.status == "waiting"
+    assert not own.done()
+    await live.answer_push(question_id, HANDOFF, ttl=60)
+    assert await asyncio.wait_for(own, 5) == services.PollResult("answered", Handoff.model_validate(HANDOFF))
+
+
+@pytest.mark.asyncio
+async def test_a_relay_poll_released_as_the_answer_arrives_returns_it_or_leaves_it_for_the_next(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = await sync_to_async(make_run)(owner=alice)
+    card = await services.question_create(
+        run_id=run.pk,
+        source=QuestionSource.MCP,
+        questions=[QuestionSpec.model_validate(QUESTION)],
+        timeout=300,
+    )
+    question_id = card["question_id"]
+    await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
+    held = asyncio.create_task(_relay_poll(run.pk, question_id))
+    await _until_held(1)
+
+    # The answer and the release race, as at a shutdown; whichever wins, nothing is lost.
+    await asyncio.gather(live.answer_push(question_id, HANDOFF, ttl=60), live.polls_release())
+
+    first = await asyncio.wait_for(held, 5)
+    if first.status != "answered":
+        assert first.status == "waiting"
+        first = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
+    assert first == services.PollResult("answered", Handoff.model_validate(HANDOFF))

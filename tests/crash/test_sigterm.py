@@ -15,7 +15,7 @@ from promptmgr.models import Run, RunStatus
 from promptmgr.runner import MSG_SHUTDOWN
 from tests.crash.conftest import ServerProcess
 from tests.crash.test_killed_owner import alive, waiting_run
-from tests.helpers import SSEEvent, make_project, read_sse
+from tests.helpers import SSEEvent, make_project, read_sse, submit_answer
 
 pytestmark = pytest.mark.e2e
 
@@ -79,3 +79,55 @@ def test_sigterm_ends_every_stream_with_a_closing_event_and_the_server_within_5_
     log = stopping.log.read_text()
     assert " 500 " not in log and "Traceback" not in log, log[-3000:]
     print(f"\nSIGTERM -> server exited in {took:.2f}s")
+
+
+class Poll:
+    """An ask-user MCP server's long-poll for an answer, held open in a thread of its own."""
+
+    def __init__(self, server: ServerProcess, run: dict[str, Any]) -> None:
+        self.response: httpx.Response | None = None
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._poll, args=(server, run), daemon=True)
+        self._thread.start()
+
+    def _poll(self, server: ServerProcess, run: dict[str, Any]) -> None:
+        try:
+            self.response = httpx.get(
+                f"{server.url}/api/askuser/poll-answer",
+                params={"question_id": run["question_id"]},
+                headers={"Authorization": f"Bearer {run['token']}"},
+                timeout=60,
+            )
+        except BaseException as exc:  # the test reports it
+            self.error = exc
+
+    def join(self) -> httpx.Response:
+        self._thread.join(timeout=30)
+        assert not self._thread.is_alive(), "the long-poll never returned"
+        assert self.response is not None, f"the long-poll failed: {self.error!r}"
+        return self.response
+
+
+def test_sigterm_ends_a_long_poll_held_for_another_servers_run_at_once_and_loses_no_answer(
+    start_server: StartServer, dora: Any
+) -> None:
+    owner = start_server()
+    run = waiting_run(owner, make_project(owner=dora, engine="cli"))
+    stopping = start_server()
+    # Behind one address, any web worker may take an MCP server's poll: this one did.
+    held = Poll(stopping, run)
+    time.sleep(1)  # the poll waits for the answer
+
+    took = stopping.terminate()
+
+    assert took <= SHUTDOWN_LIMIT, f"the shutdown took {took:.2f}s; the server said:\n{stopping.said()}"
+    # "Still waiting": the MCP server polls again, through a worker that is up.
+    reply = held.join()
+    assert (reply.status_code, reply.json()["status"]) == (202, "waiting"), reply.text
+    # The answer is not taken by the poll that ended: the run's own poll receives it.
+    client = owner.login("dora")
+    assert submit_answer(client, run["question_id"], selectedOptions=[0]).status_code == 200
+    events = read_sse(client, f"/api/runs/{run['run_id']}/events", timeout=60)
+    assert events[-1].data == {"status": "completed"}
+    assert Run.objects.get(pk=run["run_id"]).status == RunStatus.COMPLETED
+    print(f"\nSIGTERM with a long-poll held -> server exited in {took:.2f}s")
