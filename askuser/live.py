@@ -10,14 +10,19 @@ import asyncio
 import contextlib
 import contextvars
 import json
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ResponseError
 
 from core.events import run_key
 from core.redis import encode_json, get_async_redis, get_redis, key_prefix
 
 if TYPE_CHECKING:
     from redis import asyncio as aredis
+
+logger = logging.getLogger(__name__)
 
 QUESTION_TTL_GRACE = 60  # seconds a question stays cached after it expires
 RELAY_TOKEN_TTL_GRACE = 300
@@ -203,6 +208,7 @@ class _HeldPolls:
     def __init__(self) -> None:
         self.blocked: set[int] = set()
         self.released = False
+        self.no_client_id = False
 
 
 _held: dict[int, tuple[asyncio.AbstractEventLoop, _HeldPolls]] = {}
@@ -265,12 +271,28 @@ async def _releasable_move(
     pushed to the list may be taken by another poll of the question (the run's own poll,
     through its own worker), leaving this one blocked."""
     async with client.client() as connection:
-        client_id = int(await connection.client_id())
-        held.blocked.add(client_id)
+        client_id = await _client_id(connection, held)
+        if client_id is not None:
+            held.blocked.add(client_id)
         try:
             return await connection.blmove(source, taken, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
         finally:
-            held.blocked.discard(client_id)
+            if client_id is not None:
+                held.blocked.discard(client_id)
+
+
+async def _client_id(connection: aredis.Redis, held: _HeldPolls) -> int | None:
+    """The connection's Redis client id; None where Redis refuses ``CLIENT ID`` (an ACL
+    without the connection commands): the poll then waits as before, unreleasable, rather
+    than fail."""
+    if held.no_client_id:
+        return None
+    try:
+        return int(await connection.client_id())
+    except ResponseError as exc:
+        held.no_client_id = True
+        logger.warning("Redis refuses CLIENT ID (%s): a shutdown cannot end the long-polls it holds", exc)
+        return None
 
 
 async def polls_release() -> int:

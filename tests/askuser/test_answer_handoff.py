@@ -7,7 +7,10 @@ between ``answer_submit``'s commit and its push is simulated by writing only the
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -15,6 +18,7 @@ from django.utils import timezone
 
 from askuser import live, services
 from askuser.models import Question, QuestionSource, QuestionStatus
+from core import redis as core_redis
 from core.questions import Handoff, QuestionSpec
 from tests.helpers import make_run
 
@@ -159,3 +163,40 @@ async def test_a_relay_poll_released_as_the_answer_arrives_returns_it_or_leaves_
         assert first.status == "waiting"
         first = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
     assert first == services.PollResult("answered", Handoff.model_validate(HANDOFF))
+
+
+@pytest.fixture
+def redis_without_client_commands(settings: Any, redis_url: str, redis_client: Any) -> Iterator[None]:
+    """The app's Redis, reached as a user whose ACL refuses ``CLIENT`` (as some managed
+    Redis services' users are)."""
+    user, password = f"pm-no-client-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
+    redis_client.execute_command("ACL", "SETUSER", user, "on", f">{password}", "~*", "&*", "+@all", "-client")
+    parts = urlsplit(redis_url)
+    settings.REDIS_URL = urlunsplit(parts._replace(netloc=f"{user}:{password}@{parts.hostname}:{parts.port}"))
+    core_redis.reset_clients()
+    try:
+        yield
+    finally:
+        core_redis.reset_clients()
+        redis_client.execute_command("ACL", "DELUSER", user)
+
+
+@pytest.mark.asyncio
+async def test_a_redis_that_refuses_client_id_still_serves_relay_polls(
+    transactional_db: Any, alice: Any, redis_without_client_commands: None
+) -> None:
+    run = await sync_to_async(make_run)(owner=alice)
+    card = await services.question_create(
+        run_id=run.pk,
+        source=QuestionSource.MCP,
+        questions=[QuestionSpec.model_validate(QUESTION)],
+        timeout=300,
+    )
+    question_id = card["question_id"]
+    held = asyncio.create_task(_relay_poll(run.pk, question_id))
+    await asyncio.sleep(0.2)  # the poll is blocked, without a client id to unblock it by
+
+    assert await live.polls_release() == 0
+    await live.answer_push(question_id, HANDOFF, ttl=60)
+
+    assert await asyncio.wait_for(held, 5) == services.PollResult("answered", Handoff.model_validate(HANDOFF))
