@@ -21,7 +21,7 @@ from core.errors import Forbidden, Gone, Unauthorized
 from core.questions import AnswerIn, QuestionSpec
 from core.schemas import errors
 
-from . import approvals, live, runtime, services
+from . import approvals, runtime, services
 from .models import Decision, QuestionSource
 
 router = Router()
@@ -145,12 +145,12 @@ async def relay_question(request: HttpRequest, payload: QuestionSpec) -> Status[
     },
 )
 async def poll_answer(request: HttpRequest, question_id: uuid.UUID) -> Status[PollOut]:
-    with live.relay_poll():
-        result = await services.answer_wait(
-            run_id=relay_run_id(request),
-            question_id=str(question_id),
-            wait_seconds=settings.ASK_USER_LONG_POLL_SECONDS,
-        )
+    result = await services.answer_wait(
+        run_id=relay_run_id(request),
+        question_id=str(question_id),
+        wait_seconds=settings.ASK_USER_LONG_POLL_SECONDS,
+        releasable=True,
+    )
     if result.status == "answered" and result.answer is not None:
         return Status(200, PollOut(status="answered", **result.answer.model_dump()))
     if result.status == "waiting":
@@ -196,12 +196,12 @@ async def relay_permission(request: HttpRequest, payload: PermissionIn) -> Statu
     },
 )
 async def poll_decision(request: HttpRequest, request_id: uuid.UUID) -> Status[DecisionPollOut]:
-    with live.relay_poll():
-        result = await approvals.permission_wait(
-            run_id=relay_run_id(request),
-            request_id=str(request_id),
-            wait_seconds=settings.ASK_USER_LONG_POLL_SECONDS,
-        )
+    result = await approvals.permission_wait(
+        run_id=relay_run_id(request),
+        request_id=str(request_id),
+        wait_seconds=settings.ASK_USER_LONG_POLL_SECONDS,
+        releasable=True,
+    )
     if result is None:
         return Status(202, DecisionPollOut(status="waiting"))
     return Status(200, DecisionPollOut(status="decided", result=result))

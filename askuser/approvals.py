@@ -280,9 +280,14 @@ def _question_result(question: Question, poll: services.PollResult) -> dict[str,
     return None
 
 
-async def _question_wait(question: Question, wait_seconds: float) -> dict[str, Any] | None:
+async def _question_wait(
+    question: Question, wait_seconds: float, *, releasable: bool
+) -> dict[str, Any] | None:
     poll = await services.answer_wait(
-        run_id=question.run_id, question_id=str(question.question_id), wait_seconds=wait_seconds
+        run_id=question.run_id,
+        question_id=str(question.question_id),
+        wait_seconds=wait_seconds,
+        releasable=releasable,
     )
     if poll.status == "consumed":
         # A retried poll after the answer was taken: the stored answer is what it gets.
@@ -290,17 +295,22 @@ async def _question_wait(question: Question, wait_seconds: float) -> dict[str, A
     return _question_result(question, poll)
 
 
-async def permission_wait(*, run_id: int, request_id: str, wait_seconds: float) -> dict[str, Any] | None:
-    """The long-poll of the waiting side: the permission result once there is one, else None."""
+async def permission_wait(
+    *, run_id: int, request_id: str, wait_seconds: float, releasable: bool = False
+) -> dict[str, Any] | None:
+    """The long-poll of the waiting side: the permission result once there is one, else None
+    (``releasable``: a relay endpoint's, which this worker's shutdown ends, ``live.answer_pop``)."""
     request = await sync_to_async(_load_for_run)(run_id, request_id)
     if request is None:
         question = await sync_to_async(_question_for_run)(run_id, request_id)
         if question is None:
             raise NotFound(MSG_NOT_FOUND)
-        return await _question_wait(question, wait_seconds)
+        return await _question_wait(question, wait_seconds, releasable=releasable)
     remaining = (request.expires_at - timezone.now()).total_seconds()
     if request.status == PermissionStatus.PENDING and remaining > 0:
-        woken = await live.answer_pop(request_id, wait_seconds=min(wait_seconds, remaining))
+        woken = await live.answer_pop(
+            request_id, wait_seconds=min(wait_seconds, remaining), releasable=releasable
+        )
         if woken is not None and isinstance(woken.get("result"), dict):
             # A decision brings its result along: the tool starts without a database trip.
             return dict(woken["result"])

@@ -7,11 +7,9 @@ stream (``core.events``). Key names of this app live here and nowhere else.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import json
 import logging
-from collections.abc import Iterator
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
@@ -211,48 +209,36 @@ class _HeldPolls:
         self.no_client_id = False
 
 
-_held: dict[int, tuple[asyncio.AbstractEventLoop, _HeldPolls]] = {}
-_relay_poll: contextvars.ContextVar[bool] = contextvars.ContextVar("relay_poll", default=False)
+# Keyed by the loop itself, weakly: a dead loop's entry goes with it, and a new loop
+# never inherits it (as it could by reusing the dead one's id).
+_held: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _HeldPolls] = weakref.WeakKeyDictionary()
 
 
 def _held_polls() -> _HeldPolls:
-    loop = asyncio.get_running_loop()
-    cached = _held.get(id(loop))
-    # The identity check guards against a new loop reusing a dead loop's id.
-    if cached is None or cached[0] is not loop:
-        cached = _held[id(loop)] = (loop, _HeldPolls())
-    return cached[1]
+    return _held.setdefault(asyncio.get_running_loop(), _HeldPolls())
 
 
-@contextlib.contextmanager
-def relay_poll() -> Iterator[None]:
-    """Around a relay endpoint's long-poll: the worker's shutdown may end its wait."""
-    token = _relay_poll.set(True)
-    try:
-        yield
-    finally:
-        _relay_poll.reset(token)
-
-
-async def answer_pop(question_id: str, *, wait_seconds: float) -> dict[str, Any] | None:
+async def answer_pop(
+    question_id: str, *, wait_seconds: float, releasable: bool = False
+) -> dict[str, Any] | None:
     """Take the answer (once), waiting up to ``wait_seconds`` for it to arrive.
 
     The answer is moved, atomically, to the taken key: from that moment ``answer_taken``
-    says it was collected, while an answer recorded but not yet pushed is not. A relay
-    poll (``relay_poll``) waits no more once this worker released its polls (it is shutting
-    down).
+    says it was collected, while an answer recorded but not yet pushed is not. A
+    ``releasable`` wait (a relay endpoint's long-poll) is one this worker's shutdown ends
+    (``polls_release``); once it has, no releasable wait blocks.
     """
     client = get_async_redis()
     source, taken = answer_key(question_id), answer_taken_key(question_id)
-    held = _held_polls() if _relay_poll.get() else None
+    held = _held_polls() if releasable else None
     raw: Any
     if wait_seconds <= 0 or (held is not None and held.released):
         raw = await client.lmove(source, taken, "LEFT", "RIGHT")
-    elif held is None:
+    elif held is not None:
+        raw = await _releasable_move(client, held, source, taken, wait_seconds)
+    else:
         # Redis takes fractional seconds here; redis-py's annotation says int.
         raw = await client.blmove(source, taken, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
-    else:
-        raw = await _releasable_move(client, held, source, taken, wait_seconds)
     if not raw:
         return None
     await client.expire(taken, ANSWER_TAKEN_TTL)

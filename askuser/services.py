@@ -315,13 +315,18 @@ _CLOSED_STATUSES = {
 }
 
 
-async def answer_wait(*, run_id: int, question_id: str, wait_seconds: float) -> PollResult:
-    """The long-poll: the answer the moment it exists, else "waiting" or a final state."""
+async def answer_wait(
+    *, run_id: int, question_id: str, wait_seconds: float, releasable: bool = False
+) -> PollResult:
+    """The long-poll: the answer the moment it exists, else "waiting" or a final state
+    (``releasable``: a relay endpoint's, which this worker's shutdown ends, ``live.answer_pop``)."""
     question = await sync_to_async(_question_for_run)(question_id, run_id)
     if question.status in _CLOSED_STATUSES:
         return PollResult(_CLOSED_STATUSES[QuestionStatus(question.status)])
     remaining = (question.expires_at - timezone.now()).total_seconds()
-    answer = await live.answer_pop(question_id, wait_seconds=max(0.0, min(wait_seconds, remaining)))
+    answer = await live.answer_pop(
+        question_id, wait_seconds=max(0.0, min(wait_seconds, remaining)), releasable=releasable
+    )
     if answer is not None and answer != live.ANSWER_WAKE:
         return PollResult("answered", Handoff.model_validate(answer))
     question = await sync_to_async(_question_for_run)(question_id, run_id)

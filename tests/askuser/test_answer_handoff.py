@@ -51,18 +51,20 @@ def record_answer_in_the_database_only(question_id: str, user: Any) -> None:
     )
 
 
+async def open_question(owner: Any, source: QuestionSource = QuestionSource.MCP) -> tuple[Any, str]:
+    """A run of ``owner``'s with one pending question; the run and the question's id."""
+    run = await sync_to_async(make_run)(owner=owner)
+    card = await services.question_create(
+        run_id=run.pk, source=source, questions=[QuestionSpec.model_validate(QUESTION)], timeout=300
+    )
+    return run, str(card["question_id"])
+
+
 @pytest.mark.asyncio
 async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_then_consumed(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await sync_to_async(make_run)(owner=alice)
-    card = await services.question_create(
-        run_id=run.pk,
-        source=QuestionSource.MCP,
-        questions=[QuestionSpec.model_validate(QUESTION)],
-        timeout=300,
-    )
-    question_id = card["question_id"]
+    run, question_id = await open_question(alice)
     await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
 
     gap = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
@@ -80,14 +82,7 @@ async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_t
 async def test_a_waiting_poll_is_not_told_consumed_before_anybody_took_the_answer(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await sync_to_async(make_run)(owner=alice)
-    card = await services.question_create(
-        run_id=run.pk,
-        source=QuestionSource.SDK,
-        questions=[QuestionSpec.model_validate(QUESTION)],
-        timeout=300,
-    )
-    question_id = card["question_id"]
+    run, question_id = await open_question(alice, QuestionSource.SDK)
     await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
 
     # The SDK engine polls in one-second slices; none of them may give the answer up for gone.
@@ -107,22 +102,16 @@ async def _until_held(count: int) -> None:
 
 
 async def _relay_poll(run_id: int, question_id: str) -> services.PollResult:
-    with live.relay_poll():
-        return await services.answer_wait(run_id=run_id, question_id=question_id, wait_seconds=20)
+    return await services.answer_wait(
+        run_id=run_id, question_id=question_id, wait_seconds=20, releasable=True
+    )
 
 
 @pytest.mark.asyncio
 async def test_released_relay_polls_answer_waiting_and_the_answer_goes_to_a_poll_still_waiting(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await sync_to_async(make_run)(owner=alice)
-    card = await services.question_create(
-        run_id=run.pk,
-        source=QuestionSource.MCP,
-        questions=[QuestionSpec.model_validate(QUESTION)],
-        timeout=300,
-    )
-    question_id = card["question_id"]
+    run, question_id = await open_question(alice)
     # The run's own wait (another worker's poll, or the SDK engine's) is not this worker's to end.
     own = asyncio.create_task(services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=20))
     held = asyncio.create_task(_relay_poll(run.pk, question_id))
@@ -143,14 +132,7 @@ async def test_released_relay_polls_answer_waiting_and_the_answer_goes_to_a_poll
 async def test_a_relay_poll_released_as_the_answer_arrives_returns_it_or_leaves_it_for_the_next(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await sync_to_async(make_run)(owner=alice)
-    card = await services.question_create(
-        run_id=run.pk,
-        source=QuestionSource.MCP,
-        questions=[QuestionSpec.model_validate(QUESTION)],
-        timeout=300,
-    )
-    question_id = card["question_id"]
+    run, question_id = await open_question(alice)
     await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
     held = asyncio.create_task(_relay_poll(run.pk, question_id))
     await _until_held(1)
@@ -185,14 +167,7 @@ def redis_without_client_commands(settings: Any, redis_url: str, redis_client: A
 async def test_a_redis_that_refuses_client_id_still_serves_relay_polls(
     transactional_db: Any, alice: Any, redis_without_client_commands: None
 ) -> None:
-    run = await sync_to_async(make_run)(owner=alice)
-    card = await services.question_create(
-        run_id=run.pk,
-        source=QuestionSource.MCP,
-        questions=[QuestionSpec.model_validate(QUESTION)],
-        timeout=300,
-    )
-    question_id = card["question_id"]
+    run, question_id = await open_question(alice)
     held = asyncio.create_task(_relay_poll(run.pk, question_id))
     await asyncio.sleep(0.2)  # the poll is blocked, without a client id to unblock it by
 
