@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -81,48 +82,28 @@ def test_sigterm_ends_every_stream_with_a_closing_event_and_the_server_within_5_
     print(f"\nSIGTERM -> server exited in {took:.2f}s")
 
 
-class Poll:
-    """An ask-user MCP server's long-poll for an answer, held open in a thread of its own."""
-
-    def __init__(self, server: ServerProcess, run: dict[str, Any]) -> None:
-        self.response: httpx.Response | None = None
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._poll, args=(server, run), daemon=True)
-        self._thread.start()
-
-    def _poll(self, server: ServerProcess, run: dict[str, Any]) -> None:
-        try:
-            self.response = httpx.get(
-                f"{server.url}/api/askuser/poll-answer",
-                params={"question_id": run["question_id"]},
-                headers={"Authorization": f"Bearer {run['token']}"},
-                timeout=60,
-            )
-        except BaseException as exc:  # the test reports it
-            self.error = exc
-
-    def join(self) -> httpx.Response:
-        self._thread.join(timeout=30)
-        assert not self._thread.is_alive(), "the long-poll never returned"
-        assert self.response is not None, f"the long-poll failed: {self.error!r}"
-        return self.response
-
-
 def test_sigterm_ends_a_long_poll_held_for_another_servers_run_at_once_and_loses_no_answer(
     start_server: StartServer, dora: Any
 ) -> None:
     owner = start_server()
     run = waiting_run(owner, make_project(owner=dora, engine="cli"))
     stopping = start_server()
-    # Behind one address, any web worker may take an MCP server's poll: this one did.
-    held = Poll(stopping, run)
-    time.sleep(1)  # the poll waits for the answer
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # Behind one address, any web worker may take an MCP server's poll: this one did.
+        held = pool.submit(
+            httpx.get,
+            f"{stopping.url}/api/askuser/poll-answer",
+            params={"question_id": run["question_id"]},
+            headers={"Authorization": f"Bearer {run['token']}"},
+            timeout=60,
+        )
+        time.sleep(1)  # the poll waits for the answer
 
-    took = stopping.terminate()
+        took = stopping.terminate()
 
-    assert took <= SHUTDOWN_LIMIT, f"the shutdown took {took:.2f}s; the server said:\n{stopping.said()}"
-    # "Still waiting": the MCP server polls again, through a worker that is up.
-    reply = held.join()
+        assert took <= SHUTDOWN_LIMIT, f"the shutdown took {took:.2f}s; the server said:\n{stopping.said()}"
+        # "Still waiting": the MCP server polls again, through a worker that is up.
+        reply = held.result(timeout=30)
     assert (reply.status_code, reply.json()["status"]) == (202, "waiting"), reply.text
     # The answer is not taken by the poll that ended: the run's own poll receives it.
     client = owner.login("dora")
