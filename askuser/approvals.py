@@ -232,19 +232,17 @@ async def permission_request_create(
 
 def _load_for_run(run_id: int, request_id: str) -> PermissionRequest | None:
     # One query for the request and the project whose timeout an expiry names.
-    return (
-        PermissionRequest.objects.select_related("run__conversation__project")
-        .filter(request_id=request_id, run_id=run_id)
-        .first()
-    )
+    try:
+        return PermissionRequest.objects.with_run_and_project().get(request_id=request_id, run_id=run_id)
+    except PermissionRequest.DoesNotExist:
+        return None
 
 
 def _question_for_run(run_id: int, request_id: str) -> Question | None:
-    return (
-        Question.objects.select_related("run__conversation__project")
-        .filter(question_id=request_id, run_id=run_id)
-        .first()
-    )
+    try:
+        return Question.objects.with_run_and_project().get(question_id=request_id, run_id=run_id)
+    except Question.DoesNotExist:
+        return None
 
 
 def _stored_answer(question: Question) -> Handoff | None:
@@ -327,13 +325,12 @@ async def permission_wait(
 
 
 def _load_for_user(request_id: str, user: Any) -> PermissionRequest:
-    request = (
-        PermissionRequest.objects.select_related("run__conversation__project")
-        .filter(request_id=request_id)
-        .first()
-    )
+    try:
+        request = PermissionRequest.objects.with_run_and_project().get(request_id=request_id)
+    except PermissionRequest.DoesNotExist:
+        raise NotFound(MSG_NOT_FOUND) from None
     # Checked on the loaded project: an owner (the usual case) costs no second query.
-    if request is None or not request.run.conversation.project.is_visible_to(user):
+    if not request.run.conversation.project.is_visible_to(user):
         raise NotFound(MSG_NOT_FOUND)
     return request
 

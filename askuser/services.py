@@ -206,11 +206,12 @@ async def questions_close_for_run(*, run_id: int) -> None:
 
 
 def _load_for_user(question_id: str, user: Any) -> Question:
-    question = (
-        Question.objects.select_related("run__conversation__project").filter(question_id=question_id).first()
-    )
+    try:
+        question = Question.objects.with_run_and_project().get(question_id=question_id)
+    except Question.DoesNotExist:
+        raise NotFound(MSG_NOT_FOUND) from None
     # Checked on the loaded project: an owner (the usual case) costs no second query.
-    if question is None or not question.run.conversation.project.is_visible_to(user):
+    if not question.run.conversation.project.is_visible_to(user):
         raise NotFound(MSG_NOT_FOUND)
     return question
 
@@ -302,10 +303,10 @@ async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[
 
 
 def _question_for_run(question_id: str, run_id: int) -> Question:
-    question = Question.objects.filter(question_id=question_id, run_id=run_id).first()
-    if question is None:
-        raise NotFound(MSG_NOT_FOUND)
-    return question
+    try:
+        return Question.objects.get(question_id=question_id, run_id=run_id)
+    except Question.DoesNotExist:
+        raise NotFound(MSG_NOT_FOUND) from None
 
 
 _CLOSED_STATUSES = {

@@ -1,0 +1,140 @@
+"""A decision or an answer loads its card, run and project in one query, and nothing later.
+
+The loads take only the run's and project's columns the checks read
+(``askuser.models.RUN_AND_PROJECT_FIELDS``). A field left out and read after all would
+cost a query of its own on every decision; these counts catch it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from askuser import approvals, services
+from askuser.models import PermissionRequest, PermissionStatus, Question, QuestionSource
+from core.questions import AnswerIn, QuestionSpec
+from promptmgr import live as promptmgr_live
+from promptmgr.models import Run
+from promptmgr.runner import WORKER_ID
+from tests.helpers import make_project, make_run
+
+pytestmark = pytest.mark.unit
+
+QUESTION = {
+    "question": "Proceed?",
+    "header": "",
+    "options": [{"label": "Yes", "description": ""}, {"label": "No", "description": ""}],
+    "multiSelect": False,
+}
+
+
+async def owned_run(owner: Any, members: tuple[Any, ...] = (), **project_fields: Any) -> Run:
+    project = await sync_to_async(make_project)(owner=owner, members=members, **project_fields)
+    run: Run = await sync_to_async(make_run)(owner=owner, project=project)
+    # Owned by this process, as a supervised run is: the orphan check then reads nothing.
+    await promptmgr_live.set_owner(run.pk, WORKER_ID, ttl=60)
+    return run
+
+
+async def permission_request(run: Run) -> str:
+    created = await approvals.permission_request_create(
+        run_id=run.pk,
+        source=QuestionSource.MCP,
+        tool_name="Bash",
+        tool_input={"command": "npm test"},
+        tool_use_id="toolu_1",
+    )
+    return str(created["request_id"])
+
+
+def statements(queries: CaptureQueriesContext) -> list[str]:
+    return [query["sql"].split(" ", 1)[0] for query in queries.captured_queries]
+
+
+def columns(sql: str, table: str) -> set[str]:
+    """The columns of ``table`` that a SELECT reads."""
+    selected = sql.split(" FROM ", 1)[0]
+    return set(re.findall(rf'"{table}"\."(\w+)"', selected))
+
+
+def decide(request_id: str, user: Any) -> tuple[list[str], dict[str, Any] | None, str]:
+    with CaptureQueriesContext(connection) as queries:
+        request = approvals._decide(request_id, user, "allow", "")
+        result = approvals.result_for(request)
+    return statements(queries), result, queries.captured_queries[0]["sql"]
+
+
+@pytest.mark.asyncio
+async def test_an_owners_decision_is_one_read_and_one_write(transactional_db: Any, alice: Any) -> None:
+    run = await owned_run(alice)
+    request_id = await permission_request(run)
+
+    done, result, load = await sync_to_async(decide)(request_id, alice)
+
+    assert done == ["SELECT", "UPDATE"]
+    assert result == {"behavior": "allow", "updatedInput": {"command": "npm test"}}
+    # Only what the checks read of the joined rows, not their every column.
+    assert columns(load, "promptmgr_run") == {"id", "conversation_id", "user_id", "status", "created_at"}
+    assert columns(load, "promptmgr_project") == {"id", "owner_id", "ask_user_timeout"}
+
+
+@pytest.mark.asyncio
+async def test_a_members_decision_adds_only_the_membership_check(
+    transactional_db: Any, alice: Any, bob: Any
+) -> None:
+    run = await owned_run(alice, members=(bob,))
+    request_id = await permission_request(run)
+
+    done, _result, _load = await sync_to_async(decide)(request_id, bob)
+
+    assert done == ["SELECT", "SELECT", "UPDATE"]
+
+
+@pytest.mark.asyncio
+async def test_an_expired_requests_wording_reads_the_timeout_it_loaded(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = await owned_run(alice, ask_user_timeout=240)
+    request_id = await permission_request(run)
+    await PermissionRequest.objects.filter(request_id=request_id).aupdate(status=PermissionStatus.EXPIRED)
+
+    def load_and_word() -> tuple[list[str], dict[str, Any] | None]:
+        with CaptureQueriesContext(connection) as queries:
+            request = approvals._load_for_run(run.pk, request_id)
+            assert request is not None
+            result = approvals.result_for(request)
+        return statements(queries), result
+
+    done, result = await sync_to_async(load_and_word)()
+
+    assert done == ["SELECT"]
+    assert result is not None and result["behavior"] == "deny"
+    assert "within 240 seconds" in result["message"]
+
+
+@pytest.mark.asyncio
+async def test_an_answer_is_checked_with_one_read(transactional_db: Any, alice: Any) -> None:
+    run = await owned_run(alice)
+    card = await services.question_create(
+        run_id=run.pk,
+        source=QuestionSource.MCP,
+        questions=[QuestionSpec.model_validate(QUESTION)],
+        timeout=300,
+    )
+
+    def prepare() -> tuple[list[str], Question]:
+        with CaptureQueriesContext(connection) as queries:
+            question, _form = services._prepare_answer(
+                str(card["question_id"]), alice, AnswerIn.model_validate({"selectedOptions": [0]})
+            )
+        return statements(queries), question
+
+    done, question = await sync_to_async(prepare)()
+
+    assert done == ["SELECT"]
+    assert question.run.conversation.project.owner_id == alice.pk
