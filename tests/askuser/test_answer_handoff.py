@@ -79,6 +79,27 @@ async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_t
 
 
 @pytest.mark.asyncio
+async def test_a_taken_answers_marker_gets_its_lifetime_after_the_answer_went_back(
+    transactional_db: Any, alice: Any
+) -> None:
+    run, question_id = await open_question(alice)
+    await live.answer_push(question_id, HANDOFF, ttl=60)
+
+    taken = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=1)
+
+    assert taken.status == "answered"
+    # Set beside the answer's way back (a task of its own), so it may land a moment later.
+    client, key = core_redis.get_async_redis(), live.answer_taken_key(question_id)
+    for _ in range(200):
+        ttl = await client.ttl(key)
+        if ttl > 0:
+            break
+        await asyncio.sleep(0.01)
+    assert 0 < ttl <= live.ANSWER_TAKEN_TTL
+    assert not live._expiring
+
+
+@pytest.mark.asyncio
 async def test_a_waiting_poll_is_not_told_consumed_before_anybody_took_the_answer(
     transactional_db: Any, alice: Any
 ) -> None:
