@@ -249,7 +249,7 @@ async def answer_pop(
     return answer
 
 
-_expiring: set[asyncio.Task[Any]] = set()
+_expiring: set[asyncio.Task[None]] = set()
 
 
 def _taken_expire(client: aredis.Redis, taken: str) -> None:
@@ -257,12 +257,16 @@ def _taken_expire(client: aredis.Redis, taken: str) -> None:
 
     A process killed in the millisecond between the move and this leaves the marker
     without a TTL: one small key, and it still says "consumed", which is true."""
-    task = asyncio.get_running_loop().create_task(client.expire(taken, ANSWER_TAKEN_TTL))
+
+    async def expire() -> None:
+        await client.expire(taken, ANSWER_TAKEN_TTL)
+
+    task = asyncio.get_running_loop().create_task(expire())
     _expiring.add(task)
     task.add_done_callback(_taken_expired)
 
 
-def _taken_expired(task: asyncio.Task[Any]) -> None:
+def _taken_expired(task: asyncio.Task[None]) -> None:
     _expiring.discard(task)
     if not task.cancelled() and task.exception() is not None:
         logger.warning("could not set the TTL of an answer's taken marker: %s", task.exception())
