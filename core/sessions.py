@@ -25,7 +25,7 @@ from django.utils import timezone
 def _select(alias: str) -> str:
     """The session's data, if it has not expired, on the database ``alias``."""
     quote = connections[alias].ops.quote_name
-    column = {field.name: quote(field.column) for field in Session._meta.concrete_fields}
+    column = {field.name: quote(field.column) for field in Session._meta.concrete_fields if field.column}
     return (
         f"SELECT {column['session_data']} FROM {quote(Session._meta.db_table)} "
         f"WHERE {column['session_key']} = %s AND {column['expire_date']} > %s"
