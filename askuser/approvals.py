@@ -129,11 +129,25 @@ def _plan_mode_refusal(project: Project, tool_name: str, tool_input: dict[str, A
     return PLAN_MODE_WRITE.format(path=previews.file_path(tool_input))
 
 
+# What making a card reads of its run and project (the rest of their columns is not loaded).
+CREATE_RUN_FIELDS = (
+    "status",
+    "workdir",
+    "conversation__project__ask_user_timeout",
+    "conversation__project__permission_mode",
+)
+
+
 def _create(
     run_id: int, source: str, tool_name: str, tool_input: dict[str, Any], tool_use_id: str
 ) -> tuple[PermissionRequest, int]:
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related("conversation__project").get(pk=run_id)
+        run = (
+            Run.objects.select_for_update()
+            .select_related("conversation__project")
+            .only(*CREATE_RUN_FIELDS)
+            .get(pk=run_id)
+        )
         if run.status not in ACTIVE_RUN_STATUSES:
             raise Gone(services.MSG_RUN_FINISHED, code="run_finished")
         project = run.conversation.project

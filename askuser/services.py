@@ -75,7 +75,13 @@ def _create_question(
     """The new question, the ids of the pending ones it supersedes, and its timeout
     (the project's unless given)."""
     with transaction.atomic():
-        run = Run.objects.select_for_update().select_related("conversation__project").get(pk=run_id)
+        # Only the columns read here: compiling every column of three tables cost more than the query.
+        run = (
+            Run.objects.select_for_update()
+            .select_related("conversation__project")
+            .only("status", "conversation__project__ask_user_timeout")
+            .get(pk=run_id)
+        )
         if timeout is None:
             timeout = int(run.conversation.project.ask_user_timeout)
         if run.status not in ACTIVE_RUN_STATUSES:

@@ -1,8 +1,9 @@
-"""A decision or an answer loads its card, run and project in one query, and nothing later.
+"""Making a card, and deciding or answering it, read the run and project in one query each.
 
-The loads take only the run's and project's columns the checks read
-(``askuser.models.RUN_AND_PROJECT_FIELDS``). A field left out and read after all would
-cost a query of its own on every decision; these counts catch it.
+The loads take only the run's and project's columns the code reads
+(``askuser.models.RUN_AND_PROJECT_FIELDS``, ``approvals.CREATE_RUN_FIELDS``): Django
+compiling every column of three joined tables cost more than the query. A field left out
+and read after all would cost a query of its own every time; these counts catch it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ async def permission_request(run: Run) -> str:
 
 
 def statements(queries: CaptureQueriesContext) -> list[str]:
-    return [query["sql"].split(" ", 1)[0] for query in queries.captured_queries]
+    """The statements' verbs, without the savepoints of a test's own transaction."""
+    verbs = [query["sql"].split(" ", 1)[0] for query in queries.captured_queries]
+    return [verb for verb in verbs if verb not in ("SAVEPOINT", "RELEASE")]
 
 
 def columns(sql: str, table: str) -> set[str]:
@@ -67,6 +70,43 @@ def decide(request_id: str, user: Any) -> tuple[list[str], dict[str, Any] | None
         request = approvals._decide(request_id, user, "allow", "")
         result = approvals.result_for(request)
     return statements(queries), result, queries.captured_queries[0]["sql"]
+
+
+def test_a_tool_calls_card_reads_its_run_once_and_writes_the_card_and_the_runs_state(
+    db: Any, alice: Any
+) -> None:
+    project = make_project(owner=alice, permission_mode="default")
+    run = make_run(owner=alice, project=project)
+
+    with CaptureQueriesContext(connection) as queries:
+        request, timeout = approvals._create(run.pk, QuestionSource.MCP, "Bash", {"command": "ls"}, "toolu_1")
+
+    assert statements(queries) == ["SELECT", "INSERT", "UPDATE"]
+    assert timeout == project.ask_user_timeout
+    assert request.preview == {"type": "bash", "command": "ls", "description": ""}
+    [load] = [query["sql"] for query in queries.captured_queries if query["sql"].startswith("SELECT")]
+    assert columns(load, "promptmgr_run") == {"id", "conversation_id", "status", "workdir"}
+    assert columns(load, "promptmgr_project") == {
+        "id",
+        "ask_user_timeout",
+        "permission_mode",
+    }
+
+
+def test_a_questions_card_reads_only_its_runs_state_and_the_projects_timeout(db: Any, alice: Any) -> None:
+    project = make_project(owner=alice, ask_user_timeout=240)
+    run = make_run(owner=alice, project=project)
+
+    with CaptureQueriesContext(connection) as queries:
+        question, superseded, timeout = services._create_question(
+            run.pk, QuestionSource.MCP, [QuestionSpec.model_validate(QUESTION)], None
+        )
+
+    assert (superseded, timeout) == ([], 240)
+    [load] = [query["sql"] for query in queries.captured_queries if '"promptmgr_project"' in query["sql"]]
+    assert columns(load, "promptmgr_run") == {"id", "conversation_id", "status"}
+    assert columns(load, "promptmgr_project") == {"id", "ask_user_timeout"}
+    assert statements(queries).count("SELECT") == 2  # the run, and the questions it supersedes
 
 
 @pytest.mark.asyncio
