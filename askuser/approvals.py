@@ -404,13 +404,9 @@ def _decide(request_id: str, user: Any, decision: str, message: str) -> Permissi
 
 
 def _after_decision(request: PermissionRequest) -> None:
-    with transaction.atomic():
-        # The run's row is the lock a new request of the same run takes too (``_create``):
-        # a request made meanwhile is either seen pending here or marks the run waiting after.
-        Run.objects.select_for_update().filter(pk=request.run_id).exists()
-        if request.decision == Decision.ALWAYS:
-            _add_rule(request.run.conversation.project, request.rule, request.decided_by)
-        services.resume_if_idle(request.run_id)
+    if request.decision == Decision.ALWAYS:
+        _add_rule(request.run.conversation.project, request.rule, request.decided_by)
+    services.resume_if_idle_locked(request.run_id)
 
 
 async def permission_decide(

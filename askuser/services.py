@@ -167,6 +167,16 @@ def resume_if_idle(run_id: int) -> bool:
     return False
 
 
+def resume_if_idle_locked(run_id: int) -> bool:
+    """``resume_if_idle`` in a transaction of its own, once an answer or a decision has gone
+    to Claude. The run's row is the lock a new card of the run takes too (``_create_question``,
+    ``approvals._create``): a card made meanwhile is either seen pending here, or marks the
+    run waiting after this."""
+    with transaction.atomic():
+        Run.objects.select_for_update().filter(pk=run_id).exists()
+        return resume_if_idle(run_id)
+
+
 def _expire(question_id: str, status: str) -> Question | None:
     with transaction.atomic():
         updated = Question.objects.filter(question_id=question_id, status=QuestionStatus.PENDING).update(
@@ -235,7 +245,8 @@ def _check_open(question: Question) -> None:
 
 def _record_answer(question: Question, user: Any, form: FormAnswer) -> Question:
     """The first answer wins: ``question`` (as loaded, still pending) is updated only if
-    it still is, and returned as stored."""
+    it still is, and returned as stored. Nothing else: the run resumes once the waiting
+    side has the answer (``answer_submit``)."""
     now = timezone.now()
     fields = {
         "status": QuestionStatus.ANSWERED,
@@ -245,14 +256,12 @@ def _record_answer(question: Question, user: Any, form: FormAnswer) -> Question:
         "answered_by": user,
         "answered_at": now,
     }
-    with transaction.atomic():
-        updated = Question.objects.filter(
-            pk=question.pk, status=QuestionStatus.PENDING, expires_at__gt=now
-        ).update(**fields)
-        if not updated:
-            _check_open(Question.objects.get(pk=question.pk))  # 409 or 410: somebody else got there first
-            raise Conflict(MSG_ALREADY_ANSWERED, code="already_answered")
-        resume_if_idle(question.run_id)
+    updated = Question.objects.filter(
+        pk=question.pk, status=QuestionStatus.PENDING, expires_at__gt=now
+    ).update(**fields)
+    if not updated:
+        _check_open(Question.objects.get(pk=question.pk))  # 409 or 410: somebody else got there first
+        raise Conflict(MSG_ALREADY_ANSWERED, code="already_answered")
     for name, value in fields.items():
         setattr(question, name, value)
     return question
@@ -288,6 +297,7 @@ async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[
     remaining = max(1, int((question.expires_at - timezone.now()).total_seconds()))
     # The hand-off first: the waiting long-poll returns the moment this lands.
     await live.answer_push(question_id, form.handoff().model_dump(), ttl=remaining + live.QUESTION_TTL_GRACE)
+    await sync_to_async(resume_if_idle_locked)(question.run_id)
     event = {
         "question_id": question_id,
         "answers": form.display,
