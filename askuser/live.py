@@ -12,7 +12,7 @@ import logging
 import weakref
 from typing import TYPE_CHECKING, Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from core.events import run_key
 from core.redis import encode_json, get_async_redis, get_redis, key_prefix
@@ -243,8 +243,11 @@ async def answer_pop(
         return None
     # The taken marker's lifetime is set beside the answer's way back, not before it: that
     # round trip, on a loop just busy with the decision, was the slowest step between a
-    # click and the tool running (bench/approval_latency.py: 2.9 ms p50 of 32).
-    _taken_expire(client, taken)
+    # click and the tool running (bench/approval_latency.py: 2.9 ms p50, of a decision ->
+    # tool running of 32 ms).
+    expiring = asyncio.get_running_loop().create_task(_taken_expire(client, taken))
+    _expiring.add(expiring)  # held until done: the loop keeps only weak references
+    expiring.add_done_callback(_expiring.discard)
     answer: dict[str, Any] = json.loads(raw)
     return answer
 
@@ -252,24 +255,15 @@ async def answer_pop(
 _expiring: set[asyncio.Task[None]] = set()
 
 
-def _taken_expire(client: aredis.Redis, taken: str) -> None:
-    """Give the taken marker its TTL in a task of its own (kept here till it ends).
+async def _taken_expire(client: aredis.Redis, taken: str) -> None:
+    """Give the taken marker its TTL (``answer_pop`` runs this beside its reply).
 
     A process killed in the millisecond between the move and this leaves the marker
     without a TTL: one small key, and it still says "consumed", which is true."""
-
-    async def expire() -> None:
+    try:
         await client.expire(taken, ANSWER_TAKEN_TTL)
-
-    task = asyncio.get_running_loop().create_task(expire())
-    _expiring.add(task)
-    task.add_done_callback(_taken_expired)
-
-
-def _taken_expired(task: asyncio.Task[None]) -> None:
-    _expiring.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        logger.warning("could not set the TTL of an answer's taken marker: %s", task.exception())
+    except RedisError as exc:
+        logger.warning("could not set the TTL of an answer's taken marker: %s", exc)
 
 
 async def _releasable_move(
