@@ -72,6 +72,60 @@ def make_run(*, owner: Any, project: Any = None, status: str = "running", title:
     return Run.objects.create(conversation=conversation, user=owner, prompt="p", status=status)
 
 
+async def owned_run(owner: Any, *, members: tuple[Any, ...] = (), **project_fields: Any) -> Any:
+    """``make_run`` in a new project, owned by this process as a run supervised here is: an
+    answer or a decision for a run nobody owns fails the run (the orphan check)."""
+    from asgiref.sync import sync_to_async
+
+    from promptmgr import live
+    from promptmgr.runner import WORKER_ID
+
+    project = await sync_to_async(make_project)(owner=owner, members=members, **project_fields)
+    run = await sync_to_async(make_run)(owner=owner, project=project)
+    await live.set_owner(run.pk, WORKER_ID, ttl=60)
+    return run
+
+
+# A one-question form in the shape both engines store.
+PROCEED = {
+    "question": "Proceed?",
+    "header": "",
+    "options": [{"label": "Yes", "description": ""}, {"label": "No", "description": ""}],
+    "multiSelect": False,
+}
+BASH_CALL = {"command": "npm test", "description": "Run the tests"}
+
+
+async def open_question(run: Any, source: str = "mcp") -> str:
+    """``PROCEED`` asked in ``run`` (300 s to answer); the question's id."""
+    from askuser import services
+    from askuser.models import QuestionSource
+    from core.questions import QuestionSpec
+
+    card = await services.question_create(
+        run_id=run.pk,
+        source=QuestionSource(source),
+        questions=[QuestionSpec.model_validate(PROCEED)],
+        timeout=300,
+    )
+    return str(card["question_id"])
+
+
+async def ask_permission(run: Any, tool_name: str = "Bash", tool_input: dict[str, Any] | None = None) -> str:
+    """A tool call of ``run`` that waits for a person (``BASH_CALL`` unless told); its request id."""
+    from askuser import approvals
+    from askuser.models import QuestionSource
+
+    created = await approvals.permission_request_create(
+        run_id=run.pk,
+        source=QuestionSource.MCP,
+        tool_name=tool_name,
+        tool_input=tool_input if tool_input is not None else BASH_CALL,
+        tool_use_id="toolu_1",
+    )
+    return str(created["request_id"])
+
+
 def use_fake_cli(settings: Any, directory: Path, source: str, name: str = "fake-claude") -> Path:
     """Make every run start ``source`` (an executable script) instead of the real CLI."""
     import stat

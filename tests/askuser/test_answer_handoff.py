@@ -19,17 +19,12 @@ from django.utils import timezone
 from askuser import live, services
 from askuser.models import Question, QuestionSource, QuestionStatus
 from core import redis as core_redis
-from core.questions import Handoff, QuestionSpec
-from tests.helpers import make_run
+from core.questions import Handoff
+from tests.helpers import make_run, open_question
 
 pytestmark = pytest.mark.unit
 
-QUESTION = {
-    "question": "Proceed?",
-    "header": "",
-    "options": [{"label": "Yes", "description": ""}, {"label": "No", "description": ""}],
-    "multiSelect": False,
-}
+# What the waiting side receives for "Yes" to ``tests.helpers.PROCEED``.
 HANDOFF = {
     "answer": "Yes",
     "selectedOptions": [0],
@@ -51,20 +46,17 @@ def record_answer_in_the_database_only(question_id: str, user: Any) -> None:
     )
 
 
-async def open_question(owner: Any, source: QuestionSource = QuestionSource.MCP) -> tuple[Any, str]:
-    """A run of ``owner``'s with one pending question; the run and the question's id."""
+async def asked(owner: Any, source: QuestionSource = QuestionSource.MCP) -> tuple[Any, str]:
+    """A run of ``owner``'s with ``tests.helpers.PROCEED`` pending; the run and the question's id."""
     run = await sync_to_async(make_run)(owner=owner)
-    card = await services.question_create(
-        run_id=run.pk, source=source, questions=[QuestionSpec.model_validate(QUESTION)], timeout=300
-    )
-    return run, str(card["question_id"])
+    return run, await open_question(run, source)
 
 
 @pytest.mark.asyncio
 async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_then_consumed(
     transactional_db: Any, alice: Any
 ) -> None:
-    run, question_id = await open_question(alice)
+    run, question_id = await asked(alice)
     await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
 
     gap = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
@@ -82,7 +74,7 @@ async def test_an_answer_committed_but_not_yet_pushed_is_waiting_then_answered_t
 async def test_a_taken_answers_marker_gets_its_lifetime_after_the_answer_went_back(
     transactional_db: Any, alice: Any
 ) -> None:
-    run, question_id = await open_question(alice)
+    run, question_id = await asked(alice)
     await live.answer_push(question_id, HANDOFF, ttl=60)
 
     taken = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=1)
@@ -103,7 +95,7 @@ async def test_a_taken_answers_marker_gets_its_lifetime_after_the_answer_went_ba
 async def test_a_waiting_poll_is_not_told_consumed_before_anybody_took_the_answer(
     transactional_db: Any, alice: Any
 ) -> None:
-    run, question_id = await open_question(alice, QuestionSource.SDK)
+    run, question_id = await asked(alice, QuestionSource.SDK)
     await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
 
     # The SDK engine polls in one-second slices; none of them may give the answer up for gone.
@@ -132,7 +124,7 @@ async def _relay_poll(run_id: int, question_id: str) -> services.PollResult:
 async def test_released_relay_polls_answer_waiting_and_the_answer_goes_to_a_poll_still_waiting(
     transactional_db: Any, alice: Any
 ) -> None:
-    run, question_id = await open_question(alice)
+    run, question_id = await asked(alice)
     # The run's own wait (another worker's poll, or the SDK engine's) is not this worker's to end.
     own = asyncio.create_task(services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=20))
     held = asyncio.create_task(_relay_poll(run.pk, question_id))
@@ -153,7 +145,7 @@ async def test_released_relay_polls_answer_waiting_and_the_answer_goes_to_a_poll
 async def test_a_relay_poll_released_as_the_answer_arrives_returns_it_or_leaves_it_for_the_next(
     transactional_db: Any, alice: Any
 ) -> None:
-    run, question_id = await open_question(alice)
+    run, question_id = await asked(alice)
     await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
     held = asyncio.create_task(_relay_poll(run.pk, question_id))
     await _until_held(1)
@@ -188,7 +180,7 @@ def redis_without_client_commands(settings: Any, redis_url: str, redis_client: A
 async def test_a_redis_that_refuses_client_id_still_serves_relay_polls(
     transactional_db: Any, alice: Any, redis_without_client_commands: None
 ) -> None:
-    run, question_id = await open_question(alice)
+    run, question_id = await asked(alice)
     held = asyncio.create_task(_relay_poll(run.pk, question_id))
     await asyncio.sleep(0.2)  # the poll is blocked, without a client id to unblock it by
 

@@ -19,38 +19,9 @@ from django.test.utils import CaptureQueriesContext
 from askuser import approvals, services
 from askuser.models import PermissionRequest, PermissionStatus, Question, QuestionSource
 from core.questions import AnswerIn, QuestionSpec
-from promptmgr import live as promptmgr_live
-from promptmgr.models import Run
-from promptmgr.runner import WORKER_ID
-from tests.helpers import make_project, make_run
+from tests.helpers import BASH_CALL, PROCEED, ask_permission, make_project, make_run, open_question, owned_run
 
 pytestmark = pytest.mark.unit
-
-QUESTION = {
-    "question": "Proceed?",
-    "header": "",
-    "options": [{"label": "Yes", "description": ""}, {"label": "No", "description": ""}],
-    "multiSelect": False,
-}
-
-
-async def owned_run(owner: Any, members: tuple[Any, ...] = (), **project_fields: Any) -> Run:
-    project = await sync_to_async(make_project)(owner=owner, members=members, **project_fields)
-    run: Run = await sync_to_async(make_run)(owner=owner, project=project)
-    # Owned by this process, as a supervised run is: the orphan check then reads nothing.
-    await promptmgr_live.set_owner(run.pk, WORKER_ID, ttl=60)
-    return run
-
-
-async def permission_request(run: Run) -> str:
-    created = await approvals.permission_request_create(
-        run_id=run.pk,
-        source=QuestionSource.MCP,
-        tool_name="Bash",
-        tool_input={"command": "npm test"},
-        tool_use_id="toolu_1",
-    )
-    return str(created["request_id"])
 
 
 def statements(queries: CaptureQueriesContext) -> list[str]:
@@ -65,11 +36,15 @@ def columns(sql: str, table: str) -> set[str]:
     return set(re.findall(rf'"{table}"\."(\w+)"', selected))
 
 
+def selects(queries: CaptureQueriesContext) -> list[str]:
+    return [query["sql"] for query in queries.captured_queries if query["sql"].startswith("SELECT")]
+
+
 def decide(request_id: str, user: Any) -> tuple[list[str], dict[str, Any] | None, str]:
     with CaptureQueriesContext(connection) as queries:
         request = approvals._decide(request_id, user, "allow", "")
         result = approvals.result_for(request)
-    return statements(queries), result, queries.captured_queries[0]["sql"]
+    return statements(queries), result, selects(queries)[0]
 
 
 def test_a_tool_calls_card_reads_its_run_once_and_writes_the_card_and_the_runs_state(
@@ -84,7 +59,7 @@ def test_a_tool_calls_card_reads_its_run_once_and_writes_the_card_and_the_runs_s
     assert statements(queries) == ["SELECT", "INSERT", "UPDATE"]
     assert timeout == project.ask_user_timeout
     assert request.preview == {"type": "bash", "command": "ls", "description": ""}
-    [load] = [query["sql"] for query in queries.captured_queries if query["sql"].startswith("SELECT")]
+    [load] = selects(queries)
     assert columns(load, "promptmgr_run") == {"id", "conversation_id", "status", "workdir"}
     assert columns(load, "promptmgr_project") == {
         "id",
@@ -99,7 +74,7 @@ def test_a_questions_card_reads_only_its_runs_state_and_the_projects_timeout(db:
 
     with CaptureQueriesContext(connection) as queries:
         question, superseded, timeout = services._create_question(
-            run.pk, QuestionSource.MCP, [QuestionSpec.model_validate(QUESTION)], None
+            run.pk, QuestionSource.MCP, [QuestionSpec.model_validate(PROCEED)], None
         )
 
     assert (superseded, timeout) == ([], 240)
@@ -112,12 +87,12 @@ def test_a_questions_card_reads_only_its_runs_state_and_the_projects_timeout(db:
 @pytest.mark.asyncio
 async def test_an_owners_decision_is_one_read_and_one_write(transactional_db: Any, alice: Any) -> None:
     run = await owned_run(alice)
-    request_id = await permission_request(run)
+    request_id = await ask_permission(run)
 
     done, result, load = await sync_to_async(decide)(request_id, alice)
 
     assert done == ["SELECT", "UPDATE"]
-    assert result == {"behavior": "allow", "updatedInput": {"command": "npm test"}}
+    assert result == {"behavior": "allow", "updatedInput": BASH_CALL}
     # Only what the checks read of the joined rows, not their every column.
     assert columns(load, "promptmgr_run") == {"id", "conversation_id", "user_id", "status", "created_at"}
     assert columns(load, "promptmgr_project") == {"id", "owner_id", "ask_user_timeout"}
@@ -128,7 +103,7 @@ async def test_a_members_decision_adds_only_the_membership_check(
     transactional_db: Any, alice: Any, bob: Any
 ) -> None:
     run = await owned_run(alice, members=(bob,))
-    request_id = await permission_request(run)
+    request_id = await ask_permission(run)
 
     done, _result, _load = await sync_to_async(decide)(request_id, bob)
 
@@ -140,7 +115,7 @@ async def test_an_expired_requests_wording_reads_the_timeout_it_loaded(
     transactional_db: Any, alice: Any
 ) -> None:
     run = await owned_run(alice, ask_user_timeout=240)
-    request_id = await permission_request(run)
+    request_id = await ask_permission(run)
     await PermissionRequest.objects.filter(request_id=request_id).aupdate(status=PermissionStatus.EXPIRED)
 
     def load_and_word() -> tuple[list[str], dict[str, Any] | None]:
@@ -159,18 +134,12 @@ async def test_an_expired_requests_wording_reads_the_timeout_it_loaded(
 
 @pytest.mark.asyncio
 async def test_an_answer_is_checked_with_one_read(transactional_db: Any, alice: Any) -> None:
-    run = await owned_run(alice)
-    card = await services.question_create(
-        run_id=run.pk,
-        source=QuestionSource.MCP,
-        questions=[QuestionSpec.model_validate(QUESTION)],
-        timeout=300,
-    )
+    question_id = await open_question(await owned_run(alice))
 
     def prepare() -> tuple[list[str], Question]:
         with CaptureQueriesContext(connection) as queries:
             question, _form = services._prepare_answer(
-                str(card["question_id"]), alice, AnswerIn.model_validate({"selectedOptions": [0]})
+                question_id, alice, AnswerIn.model_validate({"selectedOptions": [0]})
             )
         return statements(queries), question
 

@@ -7,25 +7,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
 
 from askuser import services
 from askuser.models import Question, QuestionSource, QuestionStatus
-from core.questions import AnswerIn, QuestionSpec
-from promptmgr import live as promptmgr_live
+from core.questions import AnswerIn
 from promptmgr.models import Run, RunStatus
-from promptmgr.runner import WORKER_ID
-from tests.helpers import make_run
+from tests.helpers import make_run, open_question, owned_run
 
 pytestmark = pytest.mark.unit
-
-
-FORM = {
-    "question": "Proceed?",
-    "header": "",
-    "options": [{"label": "Yes", "description": ""}, {"label": "No", "description": ""}],
-    "multiSelect": False,
-}
 
 
 def _status(run: Run) -> str:
@@ -61,18 +50,12 @@ def test_resuming_a_run_that_is_not_waiting_leaves_it_as_it_is(alice: Any, statu
 async def test_an_answer_resumes_its_run_once_the_waiting_side_can_take_it(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await sync_to_async(make_run)(owner=alice)
-    # Owned by this process, as a supervised run is: an answer for an unowned run fails it.
-    await promptmgr_live.set_owner(run.pk, WORKER_ID, ttl=60)
-    card = await services.question_create(
-        run_id=run.pk, source=QuestionSource.MCP, questions=[QuestionSpec.model_validate(FORM)], timeout=300
-    )
+    run = await owned_run(alice)
+    question_id = await open_question(run)
     assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.WAITING_FOR_USER
 
-    await services.answer_submit(
-        question_id=str(card["question_id"]), user=alice, body=AnswerIn(selectedOptions=[0])
-    )
+    await services.answer_submit(question_id=question_id, user=alice, body=AnswerIn(selectedOptions=[0]))
 
     assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
-    taken = await services.answer_wait(run_id=run.pk, question_id=str(card["question_id"]), wait_seconds=0)
+    taken = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0)
     assert taken.status == "answered" and taken.answer is not None and taken.answer.answer == "Yes"

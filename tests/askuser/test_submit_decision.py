@@ -16,28 +16,13 @@ from django.test import AsyncClient
 from django.utils import timezone
 
 from askuser import approvals
-from askuser.models import PermissionRequest, QuestionSource
+from askuser.models import PermissionRequest
 from core import events
-from promptmgr import live as promptmgr_live
 from promptmgr.models import PermissionRule, Run, RunStatus
-from promptmgr.runner import WORKER_ID
 from promptmgr.workspaces import workspace_path
-from tests.helpers import make_project, make_run
+from tests.helpers import BASH_CALL, ask_permission, make_project, make_run, owned_run
 
 pytestmark = pytest.mark.unit
-
-BASH = {"command": "npm test", "description": "Run the tests"}
-
-
-async def ask(run: Run, tool_name: str = "Bash", tool_input: dict[str, Any] | None = None) -> str:
-    created = await approvals.permission_request_create(
-        run_id=run.pk,
-        source=QuestionSource.MCP,
-        tool_name=tool_name,
-        tool_input=tool_input if tool_input is not None else BASH,
-        tool_use_id="toolu_1",
-    )
-    return str(created["request_id"])
 
 
 async def signed_in(user: Any) -> AsyncClient:
@@ -58,21 +43,13 @@ async def result_of(run: Run, request_id: str) -> dict[str, Any] | None:
     return await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.5)
 
 
-async def new_run(owner: Any) -> Run:
-    project = await sync_to_async(make_project)(owner=owner)
-    run: Run = await sync_to_async(make_run)(owner=owner, project=project)
-    # Owned by this process, as a run supervised here is: a decision for an unowned run fails it.
-    await promptmgr_live.set_owner(run.pk, WORKER_ID, ttl=60)
-    return run
-
-
 @pytest.mark.asyncio
 async def test_a_tool_call_becomes_a_card_and_the_run_waits_for_a_person(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await new_run(alice)
+    run = await owned_run(alice)
 
-    request_id = await ask(run)
+    request_id = await ask_permission(run)
 
     [card] = [e.data for e in await events.read_events(run.pk, 0) if e.event == "permission_request"]
     assert card["request_id"] == request_id
@@ -88,14 +65,14 @@ async def test_a_tool_call_becomes_a_card_and_the_run_waits_for_a_person(
 async def test_allow_once_hands_back_the_input_unchanged_and_claude_works_again(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await new_run(alice)
-    request_id = await ask(run)
+    run = await owned_run(alice)
+    request_id = await ask_permission(run)
 
     response = await decide(await signed_in(alice), request_id, "allow")
 
     assert response.status_code == 200, response.content
     assert response.json()["decision"] == "allow" and response.json()["rule"] is None
-    assert await result_of(run, request_id) == {"behavior": "allow", "updatedInput": BASH}
+    assert await result_of(run, request_id) == {"behavior": "allow", "updatedInput": BASH_CALL}
     assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
     [decided] = [e.data for e in await events.read_events(run.pk, 0) if e.event == "permission_decided"]
     assert (decided["decision"], decided["by"]) == ("allow", "alice")
@@ -103,8 +80,8 @@ async def test_allow_once_hands_back_the_input_unchanged_and_claude_works_again(
 
 @pytest.mark.asyncio
 async def test_a_deny_carries_the_users_message_to_claude(transactional_db: Any, alice: Any) -> None:
-    run = await new_run(alice)
-    request_id = await ask(run)
+    run = await owned_run(alice)
+    request_id = await ask_permission(run)
 
     await decide(await signed_in(alice), request_id, "deny", message="Use make check instead.")
 
@@ -116,8 +93,8 @@ async def test_a_deny_carries_the_users_message_to_claude(transactional_db: Any,
 
 @pytest.mark.asyncio
 async def test_a_deny_without_a_message_still_tells_claude_why(transactional_db: Any, alice: Any) -> None:
-    run = await new_run(alice)
-    request_id = await ask(run)
+    run = await owned_run(alice)
+    request_id = await ask_permission(run)
 
     await decide(await signed_in(alice), request_id, "deny")
 
@@ -131,15 +108,15 @@ async def test_a_deny_without_a_message_still_tells_claude_why(transactional_db:
 async def test_always_allow_stores_the_rule_writes_the_workspace_and_applies_it_to_the_turn(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await new_run(alice)
-    request_id = await ask(run)
+    run = await owned_run(alice)
+    request_id = await ask_permission(run)
 
     response = await decide(await signed_in(alice), request_id, "always")
 
     assert response.json()["rule"] == "Bash(npm test:*)"
     assert await result_of(run, request_id) == {
         "behavior": "allow",
-        "updatedInput": BASH,
+        "updatedInput": BASH_CALL,
         "updatedPermissions": [
             {
                 "type": "addRules",
@@ -160,13 +137,13 @@ async def test_always_allow_stores_the_rule_writes_the_workspace_and_applies_it_
 async def test_removing_a_rule_takes_it_out_of_the_workspace_and_keeps_the_users_own(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await new_run(alice)
+    run = await owned_run(alice)
     project = await sync_to_async(lambda: run.conversation.project)()
     settings_file = workspace_path(project) / ".claude" / "settings.local.json"
     mine = json.loads(settings_file.read_text())
     mine["permissions"]["allow"].append("Bash(make:*)")
     settings_file.write_text(json.dumps(mine))
-    await decide(await signed_in(alice), await ask(run), "always")
+    await decide(await signed_in(alice), await ask_permission(run), "always")
 
     await PermissionRule.objects.filter(project=project).adelete()
 
@@ -177,8 +154,8 @@ async def test_removing_a_rule_takes_it_out_of_the_workspace_and_keeps_the_users
 
 @pytest.mark.asyncio
 async def test_always_is_refused_when_there_is_no_safe_rule(transactional_db: Any, alice: Any) -> None:
-    run = await new_run(alice)
-    request_id = await ask(run, "Write", {"file_path": "/etc/passwd", "content": "x"})
+    run = await owned_run(alice)
+    request_id = await ask_permission(run, "Write", {"file_path": "/etc/passwd", "content": "x"})
 
     response = await decide(await signed_in(alice), request_id, "always")
 
@@ -193,8 +170,8 @@ async def test_a_long_compound_command_is_asked_with_nothing_to_always_allow(
 ) -> None:
     # Its exact rule would not fit a rule (PostgreSQL refuses to store it; SQLite would not).
     command = "cd build && " + " && ".join(f"make target-{i}" for i in range(60))
-    run = await new_run(alice)
-    request_id = await ask(run, "Bash", {"command": command})
+    run = await owned_run(alice)
+    request_id = await ask_permission(run, "Bash", {"command": command})
 
     request = await PermissionRequest.objects.aget(request_id=request_id)
     assert request.suggested_rule == ""
@@ -208,8 +185,8 @@ async def test_a_long_compound_command_is_asked_with_nothing_to_always_allow(
 async def test_another_users_decision_is_404_and_changes_nothing(
     transactional_db: Any, alice: Any, bob: Any
 ) -> None:
-    run = await new_run(alice)
-    request_id = await ask(run)
+    run = await owned_run(alice)
+    request_id = await ask_permission(run)
 
     response = await decide(await signed_in(bob), request_id, "allow")
 
@@ -221,10 +198,8 @@ async def test_another_users_decision_is_404_and_changes_nothing(
 
 @pytest.mark.asyncio
 async def test_a_member_may_decide(transactional_db: Any, alice: Any, bob: Any) -> None:
-    project = await sync_to_async(make_project)(owner=alice, members=(bob,))
-    run = await sync_to_async(make_run)(owner=alice, project=project)
-    await promptmgr_live.set_owner(run.pk, WORKER_ID, ttl=60)
-    request_id = await ask(run)
+    run = await owned_run(alice, members=(bob,))
+    request_id = await ask_permission(run)
 
     response = await decide(await signed_in(bob), request_id, "allow")
 
@@ -233,8 +208,8 @@ async def test_a_member_may_decide(transactional_db: Any, alice: Any, bob: Any) 
 
 @pytest.mark.asyncio
 async def test_a_second_decision_is_409_and_the_first_stands(transactional_db: Any, alice: Any) -> None:
-    run = await new_run(alice)
-    request_id = await ask(run)
+    run = await owned_run(alice)
+    request_id = await ask_permission(run)
     client = await signed_in(alice)
     await decide(client, request_id, "allow")
 
@@ -249,8 +224,8 @@ async def test_a_second_decision_is_409_and_the_first_stands(transactional_db: A
 async def test_after_expiry_a_decision_is_410_and_claude_is_told_it_was_not_run(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await new_run(alice)
-    request_id = await ask(run)
+    run = await owned_run(alice)
+    request_id = await ask_permission(run)
     await PermissionRequest.objects.filter(request_id=request_id).aupdate(
         expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -289,8 +264,8 @@ async def test_a_bad_body_is_422(transactional_db: Any, alice: Any, body: dict[s
 
 @pytest.mark.asyncio
 async def test_a_browser_post_without_the_csrf_token_is_refused(transactional_db: Any, alice: Any) -> None:
-    run = await new_run(alice)
-    request_id = await ask(run)
+    run = await owned_run(alice)
+    request_id = await ask_permission(run)
     client = AsyncClient(enforce_csrf_checks=True)
     await client.aforce_login(alice)
 
@@ -304,8 +279,11 @@ async def test_a_browser_post_without_the_csrf_token_is_refused(transactional_db
 async def test_the_runs_end_cancels_open_requests_and_claude_is_told_no(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await new_run(alice)
-    first, second = await ask(run), await ask(run, "WebFetch", {"url": "https://example.com"})
+    run = await owned_run(alice)
+    first, second = (
+        await ask_permission(run),
+        await ask_permission(run, "WebFetch", {"url": "https://example.com"}),
+    )
 
     await approvals.permissions_close_for_run(run_id=run.pk)
 
@@ -320,8 +298,8 @@ async def test_the_runs_end_cancels_open_requests_and_claude_is_told_no(
 
 @pytest.mark.asyncio
 async def test_parallel_requests_are_decided_each_on_its_own(transactional_db: Any, alice: Any) -> None:
-    run = await new_run(alice)
-    first, second = await ask(run), await ask(run, tool_input={"command": "make lint"})
+    run = await owned_run(alice)
+    first, second = await ask_permission(run), await ask_permission(run, tool_input={"command": "make lint"})
     client = await signed_in(alice)
 
     await decide(client, second, "deny", message="not now")
@@ -335,8 +313,8 @@ async def test_parallel_requests_are_decided_each_on_its_own(transactional_db: A
 
 @pytest.mark.asyncio
 async def test_a_retried_poll_gets_the_same_result(transactional_db: Any, alice: Any) -> None:
-    run = await new_run(alice)
-    request_id = await ask(run)
+    run = await owned_run(alice)
+    request_id = await ask_permission(run)
     await decide(await signed_in(alice), request_id, "allow")
 
     assert await result_of(run, request_id) == await result_of(run, request_id)
@@ -346,7 +324,7 @@ async def test_a_retried_poll_gets_the_same_result(transactional_db: Any, alice:
 async def test_ask_user_question_through_the_prompt_tool_is_answered_as_updated_input(
     transactional_db: Any, alice: Any
 ) -> None:
-    run = await new_run(alice)
+    run = await owned_run(alice)
     questions = [
         {
             "question": "Which database?",
@@ -359,7 +337,7 @@ async def test_ask_user_question_through_the_prompt_tool_is_answered_as_updated_
             "multiSelect": True,
         },
     ]
-    request_id = await ask(run, "AskUserQuestion", {"questions": questions})
+    request_id = await ask_permission(run, "AskUserQuestion", {"questions": questions})
     [card] = [e.data for e in await events.read_events(run.pk, 0) if e.event == "ask_user_question"]
     assert card["question_id"] == request_id and len(card["questions"]) == 2
 
@@ -389,7 +367,7 @@ async def test_plan_mode_refuses_a_write_at_once_without_a_card(transactional_db
     project = await sync_to_async(make_project)(owner=alice, permission_mode="plan")
     run = await sync_to_async(make_run)(owner=alice, project=project)
 
-    request_id = await ask(run, "Write", {"file_path": "/w/notes.txt", "content": "x"})
+    request_id = await ask_permission(run, "Write", {"file_path": "/w/notes.txt", "content": "x"})
 
     assert await result_of(run, request_id) == {
         "behavior": "deny",
