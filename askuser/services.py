@@ -28,7 +28,7 @@ from promptmgr.services import run_state
 
 from . import live, policy
 from .answers import AnswerError, normalize_answers
-from .models import PermissionRequest, Question, QuestionSource, QuestionStatus
+from .models import PermissionRequest, PermissionStatus, Question, QuestionSource, QuestionStatus
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +47,11 @@ GONE_MESSAGES = {
 }
 # The ``reason`` of the ask_user_expired event that closes a question a newer one replaced.
 REASON_SUPERSEDED = "superseded"
+# What keeps a run waiting for a person: its pending questions and permission requests.
+PENDING_CARDS = (
+    run_state.Pending(Question, QuestionStatus.PENDING),
+    run_state.Pending(PermissionRequest, PermissionStatus.PENDING),
+)
 
 
 @dataclass(frozen=True)
@@ -157,13 +162,7 @@ def resume_if_idle(run_id: int) -> bool:
     """Claude works again once nothing of this run waits for a person (no question and no
     permission request pending), unless the run ended meanwhile; True when it resumed."""
     with contextlib.suppress(run_state.IllegalTransition):
-        return run_state.run_resume(
-            run_id,
-            unless=[
-                Question.objects.filter(run_id=run_id).pending(),
-                PermissionRequest.objects.filter(run_id=run_id).pending(),
-            ],
-        )
+        return run_state.run_resume(run_id, unless=PENDING_CARDS)
     return False
 
 

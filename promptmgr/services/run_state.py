@@ -10,12 +10,13 @@ askuser reaches run state only through this module (``run_wait_for_user``, ``run
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+import functools
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Exists, QuerySet
+from django.db import connection, models
 from django.utils import timezone
 
 from promptmgr.models import ACTIVE_RUN_STATUSES, Run, RunStatus
@@ -45,31 +46,71 @@ class IllegalTransition(Exception):
         self.target = target
 
 
-def _move(
-    run_id: int,
-    target: str,
-    *,
-    sources: Collection[str],
-    unless: Iterable[QuerySet[Any]] = (),
-    **fields: Any,
-) -> bool:
-    """Move the run from one of ``sources`` to ``target``, unless a row of ``unless`` exists
-    (checked in the same statement); False when it is there already or held by ``unless``.
+@dataclass(frozen=True)
+class Pending:
+    """Rows of ``model`` (a model with a ``run`` foreign key and a ``status`` field) in
+    ``status``: while the run has one, it keeps waiting for a person."""
+
+    model: type[models.Model]
+    status: str
+
+
+def _move(run_id: int, target: str, *, sources: Collection[str], **fields: Any) -> bool:
+    """Move the run from one of ``sources`` to ``target``; False when it is there already.
 
     Raises IllegalTransition when the run is in a state the move cannot start from.
     """
+    _check_moves(run_id, target, sources)
+    if Run.objects.filter(pk=run_id, status__in=list(sources)).update(status=target, **fields):
+        return True
+    return _not_moved(run_id, target, sources, held=False)
+
+
+def _check_moves(run_id: int, target: str, sources: Collection[str]) -> None:
     for source in sources:
         if target not in TRANSITIONS[source]:
             raise IllegalTransition(run_id, source, target)
-    held = [~Exists(rows) for rows in unless]
-    if Run.objects.filter(*held, pk=run_id, status__in=list(sources)).update(status=target, **fields):
-        return True
+
+
+def _not_moved(run_id: int, target: str, sources: Collection[str], *, held: bool) -> bool:
+    """After a move's statement changed nothing: False when that is normal, else raises."""
     current = Run.objects.filter(pk=run_id).values_list("status", flat=True).first()
     if current == target and target not in TERMINAL_STATUSES:
         return False  # asked twice (a second question while waiting, a resume after a resume)
     if held and current in sources:
-        return False  # something of ``unless`` still holds it there
+        return False  # a pending row still holds it there
     raise IllegalTransition(run_id, current, target)
+
+
+def _column(model: type[models.Model], name: str) -> str:
+    field = model._meta.get_field(name)
+    if not isinstance(field, models.Field) or not field.column:
+        raise TypeError(f"{model.__name__}.{name} is not a column")
+    return field.column
+
+
+@functools.lru_cache(maxsize=8)
+def _resume_statement(unless: tuple[Pending, ...], vendor: str) -> str:
+    """The resume as one UPDATE with a NOT EXISTS per kind of pending row, in plain SQL.
+
+    Why not the ORM: every answer and decision resumes its run, and Django compiled this
+    statement (two ``~Exists``) in about 1 ms each time, against 0.05 ms for the statement
+    itself (``tests/promptmgr/test_run_state.py`` holds it to the ORM's meaning). Names
+    come from the models' metadata, values are parameters; the text depends only on
+    ``unless`` and the database (``vendor``), so it is made once.
+    """
+    del vendor  # part of the cache key: the quoting below is the connection's
+    quote = connection.ops.quote_name
+    run_table = quote(Run._meta.db_table)
+    run_pk, status = quote(_column(Run, "id")), quote(_column(Run, "status"))
+    held = [
+        f"NOT EXISTS (SELECT 1 FROM {quote(p.model._meta.db_table)} AS held "
+        f"WHERE held.{quote(_column(p.model, 'run'))} = {run_table}.{run_pk} "
+        f"AND held.{quote(_column(p.model, 'status'))} = %s)"
+        for p in unless
+    ]
+    where = " AND ".join([f"{run_table}.{run_pk} = %s", f"{run_table}.{status} = %s", *held])
+    return f"UPDATE {run_table} SET {status} = %s WHERE {where}"
 
 
 def run_mark_started(run_id: int) -> bool:
@@ -82,12 +123,21 @@ def run_wait_for_user(run_id: int) -> bool:
     return _move(run_id, RunStatus.WAITING_FOR_USER, sources=[RunStatus.RUNNING])
 
 
-def run_resume(run_id: int, *, unless: Iterable[QuerySet[Any]] = ()) -> bool:
-    """The person answered (or the question expired): Claude works again, unless a row of
-    ``unless`` (the run's pending questions and permission requests) is still there.
+def run_resume(run_id: int, *, unless: Sequence[Pending] = ()) -> bool:
+    """The person answered (or the question expired): Claude works again, unless the run
+    still has a row of ``unless`` (its pending questions and permission requests).
 
     One statement: nothing shown between a look and the move can be missed."""
-    return _move(run_id, RunStatus.RUNNING, sources=[RunStatus.WAITING_FOR_USER], unless=unless)
+    target, sources = RunStatus.RUNNING, [RunStatus.WAITING_FOR_USER]
+    _check_moves(run_id, target, sources)
+    statement = _resume_statement(tuple(unless), connection.vendor)
+    with connection.cursor() as cursor:
+        # Plain strings: a driver need not know Django's choices (str() gives their value).
+        values = [str(target), run_id, *map(str, sources), *(str(p.status) for p in unless)]
+        cursor.execute(statement, values)
+        if cursor.rowcount:
+            return True
+    return _not_moved(run_id, target, sources, held=bool(unless))
 
 
 @dataclass

@@ -92,3 +92,53 @@ def test_a_nul_in_stderr_or_the_error_is_kept_as_a_replacement_character(run: Ru
 
 def test_every_status_has_a_row_in_the_table() -> None:
     assert set(run_state.TRANSITIONS) == set(RunStatus.values)
+
+
+def _card(kind: str, run: Run, status: str) -> None:
+    """A question or a permission request of ``run`` in ``status``."""
+    from askuser.models import PermissionRequest, Question, QuestionSource
+
+    if kind == "question":
+        Question.objects.create(
+            run=run, source=QuestionSource.MCP, questions=[], expires_at=run.created_at, status=status
+        )
+    else:
+        PermissionRequest.objects.create(
+            run=run,
+            source=QuestionSource.MCP,
+            tool_name="Bash",
+            tool_use_id=f"toolu_{kind}_{status}",
+            expires_at=run.created_at,
+            status=status,
+        )
+
+
+@pytest.mark.parametrize("kind", ["question", "permission"])
+def test_a_pending_card_of_the_run_holds_its_resume_and_a_closed_one_or_another_runs_does_not(
+    alice: Any, kind: str
+) -> None:
+    from askuser.services import PENDING_CARDS
+
+    waiting = make_run(owner=alice, status=RunStatus.WAITING_FOR_USER)
+    other = make_run(owner=alice, status=RunStatus.WAITING_FOR_USER)
+    _card(kind, waiting, "pending")
+    _card(kind, other, "answered" if kind == "question" else "allowed")
+
+    assert run_state.run_resume(waiting.pk, unless=PENDING_CARDS) is False
+    assert _status(waiting) == RunStatus.WAITING_FOR_USER
+    # The other run has only a closed card, and this run's pending one does not hold it.
+    assert run_state.run_resume(other.pk, unless=PENDING_CARDS) is True
+    assert _status(other) == RunStatus.RUNNING
+    # Resumed already: asked again, nothing changes and nothing is raised.
+    assert run_state.run_resume(other.pk, unless=PENDING_CARDS) is False
+
+
+def test_resuming_an_ended_run_with_pending_cards_in_the_way_raises_and_writes_nothing(alice: Any) -> None:
+    from askuser.services import PENDING_CARDS
+
+    ended = make_run(owner=alice, status=RunStatus.COMPLETED)
+    _card("question", ended, "pending")
+
+    with pytest.raises(IllegalTransition):
+        run_state.run_resume(ended.pk, unless=PENDING_CARDS)
+    assert _status(ended) == RunStatus.COMPLETED
