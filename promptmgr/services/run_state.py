@@ -133,7 +133,7 @@ def run_resume(run_id: int, *, unless: Sequence[Pending] = ()) -> bool:
     statement = _resume_statement(tuple(unless), connection.vendor)
     with connection.cursor() as cursor:
         # Plain strings: a driver need not know Django's choices (str() gives their value).
-        values = [str(target), run_id, *map(str, sources), *(str(p.status) for p in unless)]
+        values: list[int | str] = [str(target), run_id, *map(str, sources), *(str(p.status) for p in unless)]
         cursor.execute(statement, values)
         if cursor.rowcount:
             return True
