@@ -51,8 +51,22 @@ class CommonMiddleware(InlineMixin, common.CommonMiddleware):
     pass
 
 
+def runs_inline(method: Any) -> Any:
+    """Marks a middleware's ``process_view`` that does no I/O: the app's ASGI handlers
+    (``promptmgr.request_threads.InlineViewStepsMixin``) call it on the event loop, where
+    Django would hand it to a thread and back."""
+    method.runs_inline = True
+    return method
+
+
 class CsrfViewMiddleware(InlineMixin, csrf.CsrfViewMiddleware):
-    pass
+    # The check compares the header's (or the form's, read from the body Django has
+    # already received) token with the cookie's: no I/O, so no thread.
+    @runs_inline
+    def process_view(
+        self, request: HttpRequest, callback: Any, callback_args: Any, callback_kwargs: Any
+    ) -> Any:
+        return super().process_view(request, callback, callback_args, callback_kwargs)
 
 
 class AuthenticationMiddleware(InlineMixin, auth.AuthenticationMiddleware):

@@ -29,7 +29,7 @@ from django.conf import settings  # noqa: E402  (after Django is set up)
 from starlette.staticfiles import StaticFiles  # noqa: E402
 
 from promptmgr import internal_url, lifecycle  # noqa: E402
-from promptmgr.request_threads import PooledThreadHandler  # noqa: E402
+from promptmgr.request_threads import InlineViewStepsMixin, PooledThreadHandler  # noqa: E402
 
 # Every other request: its synchronous steps on a long-lived pooled thread.
 django_application = PooledThreadHandler(settings.REQUEST_THREADS)
@@ -40,7 +40,7 @@ Scope = dict[str, Any]
 EVENTS_PATH = re.compile(r"/api/runs/\d+/events")
 
 
-class SharedThreadHandler(ASGIHandler):
+class SharedThreadHandler(InlineViewStepsMixin, ASGIHandler):
     """Django without a thread of its own per request, for requests that live long."""
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:

@@ -18,13 +18,14 @@ from promptmgr.request_threads import PooledThreadHandler
 pytestmark = pytest.mark.unit
 
 
-async def get(handler: PooledThreadHandler, path: str = "/accounts/login/") -> int:
-    """One GET through the handler as an ASGI server sends it; returns the status."""
+async def get(handler: PooledThreadHandler, path: str = "/accounts/login/", method: str = "GET") -> int:
+    """One request (a GET unless told) through the handler as an ASGI server sends it, with
+    no body; returns the status."""
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
-        "method": "GET",
+        "method": method,
         "scheme": "http",
         "path": path,
         "root_path": "",
@@ -108,3 +109,24 @@ def test_a_borrowed_thread_is_lent_again_once_given_back() -> None:
 
     assert handler._borrow() is first
     first.shutdown()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_csrf_check_runs_on_the_event_loop_and_still_refuses_a_post_without_a_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.middleware import csrf
+
+    checked_on: list[threading.Thread] = []
+    check = csrf.CsrfViewMiddleware.process_view
+
+    def recording(self: Any, *args: Any) -> Any:
+        checked_on.append(threading.current_thread())
+        return check(self, *args)
+
+    monkeypatch.setattr(csrf.CsrfViewMiddleware, "process_view", recording)
+    handler = PooledThreadHandler(2)
+
+    # A form post (the sign-in page) with no CSRF cookie and no token.
+    assert await get(handler, method="POST") == 403
+    assert checked_on == [threading.current_thread()]  # no hand-over to a request thread
