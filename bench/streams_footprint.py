@@ -16,9 +16,7 @@ streams keep would grow there, an allocator's high-water mark (reached once) wou
 
 The footprint of the worker process: its threads, open file descriptors and resident
 size (``/proc/PID``), and its TCP connections to Redis (its sockets whose peer is the
-Redis port, matched by inode in ``/proc/PID/net/tcp``), also counted by the name each
-connection gives itself (``core.redis``'s ``NAME_*``, found in Redis's ``CLIENT LIST`` by
-the connection's local port), so a connection left open says which part holds it.
+Redis port, matched by inode in ``/proc/PID/net/tcp``).
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ import json
 import os
 import sys
 import time
-from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -57,8 +54,6 @@ class Footprint:
     fds: int
     rss_mib: float
     redis_connections: int
-    # The same connections by the name they gave Redis ("-": none), e.g. {"pm-shared": 4}.
-    redis_by_name: dict[str, int] = field(default_factory=dict)
 
 
 def _socket_inodes(pid: int) -> set[str]:
@@ -73,11 +68,10 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def _connections_to(pid: int, port: int) -> list[int]:
-    """The local ports of the process's established TCP connections whose peer listens on
-    ``port``."""
+def _connections_to(pid: int, port: int) -> int:
+    """The process's established TCP connections whose peer listens on ``port``."""
     inodes = _socket_inodes(pid)
-    local_ports = []
+    count = 0
     for table_name in ("tcp", "tcp6"):
         try:
             lines = Path(f"/proc/{pid}/net/{table_name}").read_text().splitlines()[1:]
@@ -88,21 +82,11 @@ def _connections_to(pid: int, port: int) -> list[int]:
             remote_port = int(fields[2].rsplit(":", 1)[1], 16)
             established = fields[3] == "01"
             if established and remote_port == port and fields[9] in inodes:
-                local_ports.append(int(fields[1].rsplit(":", 1)[1], 16))
-    return local_ports
+                count += 1
+    return count
 
 
-def _names(redis_url: str, local_ports: list[int]) -> dict[str, int]:
-    """How many of these connections (by their local port) carry each client name."""
-    import redis
-
-    with redis.Redis.from_url(redis_url) as client:
-        by_port = {int(c["addr"].rsplit(":", 1)[1]): c.get("name") or "-" for c in client.client_list()}
-    return dict(sorted(Counter(by_port.get(port, "?") for port in local_ports).items()))
-
-
-def footprint(pid: int, redis_url: str) -> Footprint:
-    local_ports = _connections_to(pid, urlparse(redis_url).port or 6379)
+def footprint(pid: int, redis_port: int) -> Footprint:
     status = dict(
         line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
     )
@@ -110,20 +94,19 @@ def footprint(pid: int, redis_url: str) -> Footprint:
         threads=int(status["Threads"]),
         fds=len(os.listdir(f"/proc/{pid}/fd")),
         rss_mib=round(int(status["VmRSS"].split()[0]) / 1024, 1),
-        redis_connections=len(local_ports),
-        redis_by_name=_names(redis_url, local_ports),
+        redis_connections=_connections_to(pid, redis_port),
     )
 
 
-def settled(pid: int, redis_url: str, *, seconds: float = 6.0) -> Footprint:
+def settled(pid: int, redis_port: int, *, seconds: float = 6.0) -> Footprint:
     """The footprint once it stops moving: closed sockets, ended threads and the worker's
     clean-up after its last stream (a few seconds later) take a moment."""
     time.sleep(seconds)
-    last = footprint(pid, redis_url)
+    last = footprint(pid, redis_port)
     deadline = time.monotonic() + seconds * 2
     while time.monotonic() < deadline:
         time.sleep(1)
-        now = footprint(pid, redis_url)
+        now = footprint(pid, redis_port)
         if now == last:
             return now
         last = now
@@ -158,6 +141,7 @@ async def _runs_with_streams(
     """``--runs`` runs at once, ``streams`` clients spread over them, each read to ``done``;
     returns the footprint while all clients were connected, and the events they received."""
     pid = stack.app_pid
+    redis_port = urlparse(stack.redis_url).port or 6379
     urls = [
         await app_client.start_run(client, stack.project_id, paced_script(args.deltas, args.pace_ms))
         for _ in range(args.runs)
@@ -170,7 +154,7 @@ async def _runs_with_streams(
     await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opened)), timeout=60)
     # Every client is connected and every run streams: the footprint under load.
     await asyncio.sleep(1)
-    peak = await asyncio.to_thread(footprint, pid, stack.redis_url)
+    peak = await asyncio.to_thread(footprint, pid, redis_port)
     return peak, sum(await asyncio.gather(*readers))
 
 
@@ -189,19 +173,20 @@ class Results:
 
 async def measure(stack: harness.Stack, args: argparse.Namespace) -> Results:
     pid = stack.app_pid
+    redis_port = urlparse(stack.redis_url).port or 6379
     client = await app_client.login(stack.app_url)
     try:
         # Warm-up: the same runs, each watched by one client. What runs leave warm (the
         # CLI's spawn path, the Markdown renderer, SQLite's page cache, executor threads)
         # is no cost of the streams, so it belongs to the idle footprint.
         await _runs_with_streams(stack, client, args, streams=args.runs)
-        idle = await asyncio.to_thread(settled, pid, stack.redis_url)
+        idle = await asyncio.to_thread(settled, pid, redis_port)
         started = time.monotonic()
         peak, received = await _runs_with_streams(stack, client, args, streams=args.streams)
         seconds = time.monotonic() - started
-        after = await asyncio.to_thread(settled, pid, stack.redis_url)
+        after = await asyncio.to_thread(settled, pid, redis_port)
         await _runs_with_streams(stack, client, args, streams=args.streams)
-        after_again = await asyncio.to_thread(settled, pid, stack.redis_url)
+        after_again = await asyncio.to_thread(settled, pid, redis_port)
     finally:
         await client.aclose()
     return Results(idle, peak, after, after_again, args.streams, args.runs, received, seconds)
@@ -252,14 +237,6 @@ def report(results: Results) -> None:
             ),
         )
     )
-    print("Redis connections by the part of the app holding them (core.redis NAME_*):")
-    for label, key in (
-        ("idle", "idle"),
-        ("streams open", "peak"),
-        ("all closed", "after"),
-        ("again", "after_again"),
-    ):
-        print(f"  {label:>12}: {getattr(results, key).redis_by_name}")
 
 
 def main() -> None:

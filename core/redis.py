@@ -40,14 +40,6 @@ logger = logging.getLogger(__name__)
 SOCKET_TIMEOUT = 65
 # Idle connections each event loop's pool keeps open; the rest are closed on release.
 MAX_IDLE_CONNECTIONS = 4
-# Every connection names the part of the app that holds it (CLIENT SETNAME, shown by
-# CLIENT LIST), so an operator, and bench/streams_footprint.py, can tell which of them
-# keeps how many connections open.
-NAME_SHARED = "pm-shared"  # each event loop's pool (get_async_redis)
-NAME_SYNC = "pm-sync"  # the process-wide synchronous client (get_redis)
-NAME_BLOCKING = "pm-blocking"  # a long blocking read's own connection (blocking_client)
-NAME_BROKER = "pm-broker"  # the run queue's broker (promptmgr.run_queue)
-NAME_PARKED = "pm-parked"  # a run queue consumer parked on its wake list
 
 MSG_NO_INSTANCE = (
     "The instance id is not loaded: call core.redis.load_instance_uid() at start-up "
@@ -94,11 +86,7 @@ def get_redis() -> redis.Redis:
     global _sync_client
     if _sync_client is None:
         _sync_client = redis.Redis.from_url(
-            settings.REDIS_URL,
-            decode_responses=True,
-            socket_timeout=SOCKET_TIMEOUT,
-            socket_connect_timeout=5,
-            client_name=NAME_SYNC,
+            settings.REDIS_URL, decode_responses=True, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5
         )
     return _sync_client
 
@@ -166,7 +154,6 @@ def get_async_redis() -> aredis.Redis:
         settings.REDIS_URL,
         # Each ask-user long-poll holds a connection while it blocks.
         max_connections=settings.REDIS_MAX_CONNECTIONS,
-        client_name=NAME_SHARED,
         **_client_options(),
     )
     client = aredis.Redis(connection_pool=pool)
@@ -180,9 +167,7 @@ def blocking_client() -> aredis.Redis:
     A blocked read holds its connection for seconds; taken from the shared pool, such
     connections would stay open there long after their readers left.
     """
-    return aredis.Redis.from_url(
-        settings.REDIS_URL, single_connection_client=True, client_name=NAME_BLOCKING, **_client_options()
-    )
+    return aredis.Redis.from_url(settings.REDIS_URL, single_connection_client=True, **_client_options())
 
 
 # --- Outages ------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from dramatiq.common import iter_queue, join_all
 from dramatiq.middleware import Retries
 from dramatiq.worker import WorkerThread, _WorkQueueItem
 
-from core.redis import NAME_BROKER, NAME_PARKED, TrimmedSyncConnectionPool, outage_seen
+from core.redis import TrimmedSyncConnectionPool, outage_seen
 
 from . import live, runner
 
@@ -154,7 +154,7 @@ class WakingRedisBroker(RedisBroker):
             # A pool of its own (one connection in it): a pooled connection is checked and
             # reconnected when taken, so a Redis restart costs no error (a single-connection
             # client raised one on its stale socket: a second outage warning).
-            client = self._parking[queue_name] = redis.Redis.from_url(self.url, client_name=NAME_PARKED)
+            client = self._parking[queue_name] = redis.Redis.from_url(self.url)
         return client
 
     def close(self) -> None:
@@ -229,9 +229,7 @@ class RunQueue:
         self.loop = loop
         self.draining = False
         self.worker: dramatiq.Worker | None = None
-        pool = TrimmedSyncConnectionPool.from_url(
-            settings.REDIS_URL, max_idle=BROKER_IDLE_CONNECTIONS, client_name=NAME_BROKER
-        )
+        pool = TrimmedSyncConnectionPool.from_url(settings.REDIS_URL, max_idle=BROKER_IDLE_CONNECTIONS)
         self.broker = WakingRedisBroker(
             wake_key=f"{live.queue_namespace()}:wake",
             url=settings.REDIS_URL,

@@ -58,18 +58,3 @@ def test_the_sync_pool_of_the_run_queue_keeps_only_its_idle_allowance_after_a_bu
         pool.release(again)
     finally:
         pool.disconnect()
-
-
-def test_every_client_of_the_app_names_its_connections_for_client_list(settings: Any) -> None:
-    async def async_names() -> tuple[Any, Any]:
-        shared = await core_redis.get_async_redis().client_getname()
-        blocking = core_redis.blocking_client()
-        try:
-            own = await blocking.client_getname()
-        finally:
-            await blocking.aclose()
-            await core_redis.get_async_redis().aclose()
-        return shared, own
-
-    assert asyncio.run(async_names()) == (core_redis.NAME_SHARED, core_redis.NAME_BLOCKING)
-    assert core_redis.get_redis().client_getname() == core_redis.NAME_SYNC

@@ -140,9 +140,3 @@ def test_a_run_fetched_but_not_started_when_the_worker_stops_goes_back_to_the_qu
     stored = probe.broker.client.hvals(f"{namespace}:busy.msgs")
     assert len(queued) == 1 and len(stored) == 1, (queued, stored)
     assert json.loads(stored[0])["args"] == [2.0]
-
-
-def test_a_parked_consumers_connection_says_so_in_client_list(probe: Probe) -> None:
-    from core.redis import NAME_PARKED
-
-    assert probe.broker._parked("runs").client_getname() == NAME_PARKED
