@@ -18,6 +18,7 @@ retried (a dropped connection) gets the same answer; Redis only wakes the waitin
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from datetime import timedelta
 from pathlib import Path
@@ -423,7 +424,6 @@ async def permission_decide(
         request_id, {"result": result_for(request)}, ttl=remaining + live.QUESTION_TTL_GRACE
     )
     await sync_to_async(_after_decision)(request)
-    await live.permission_pending_remove(request.run_id, request_id)
     decided_at = request.decided_at or timezone.now()
     event = {
         "request_id": request_id,
@@ -433,8 +433,12 @@ async def permission_decide(
         "message": message.strip(),
         "decided_at": decided_at.isoformat(),
     }
-    await events.append_events(
-        request.run_id, [("permission_decided", event), ("run_status", {"status": RunStatus.RUNNING})]
+    # The card's update and the pending set's clean-up in one round trip's time.
+    await asyncio.gather(
+        events.append_events(
+            request.run_id, [("permission_decided", event), ("run_status", {"status": RunStatus.RUNNING})]
+        ),
+        live.permission_pending_remove(request.run_id, request_id),
     )
     return {
         "request_id": request_id,
