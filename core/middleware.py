@@ -61,7 +61,9 @@ def runs_inline(method: Any) -> Any:
 
 class CsrfViewMiddleware(InlineMixin, csrf.CsrfViewMiddleware):
     # The check compares the header's (or the form's, read from the body Django has
-    # already received) token with the cookie's: no I/O, so no thread.
+    # already received) token with the cookie's: no I/O, so no thread. A form's body is
+    # at most DATA_UPLOAD_MAX_MEMORY_SIZE, and the app takes no file uploads, so parsing
+    # it on the loop writes nothing to disk.
     @runs_inline
     def process_view(
         self, request: HttpRequest, callback: Any, callback_args: Any, callback_kwargs: Any
