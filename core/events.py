@@ -299,6 +299,11 @@ class EventWriter:
             except redis.RedisError as exc:
                 self._failed(exc)
 
+    def held_events(self, after: int) -> list[Event]:
+        """What is still held, numbered on from ``after`` (the last event written), for a
+        run that ends while Redis stays away: its database copy keeps these too, in order."""
+        return [Event(id=after + i, event=e, data=d) for i, (e, d) in enumerate(self.held, start=1)]
+
     def outage(self, exc: BaseException) -> None:
         """A Redis call of this run failed: note it, and give up past the limit."""
         outage_seen(exc)

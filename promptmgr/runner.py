@@ -432,8 +432,11 @@ class RunSupervisor:
             await self._close_live(ctx, outcome)
         except redis.RedisError as exc:
             logger.warning("run %s ended while Redis was unreachable: %s", self.run_id, exc)
-            # Keep at least what this worker streamed, so the conversation can be shown.
-            await sync_to_async(persist_events)(self.run_id, self.emitted)
+            # Keep what this worker streamed and what it still held for Redis (the CLI's
+            # output during the outage), so the conversation can be shown with nothing lost.
+            last = max((e.id for e in self.emitted), default=0)
+            kept = [*self.emitted, *self.writer.held_events(after=last)]
+            await sync_to_async(persist_events)(self.run_id, kept)
 
     async def _close_live(self, ctx: RunContext, outcome: Outcome) -> None:
         await askuser.cards_close_for_run(self.run_id)

@@ -63,6 +63,26 @@ async def test_the_writer_gives_up_past_the_outage_limit(unreachable: Any) -> No
         await writer.drain()
 
 
+async def test_what_the_writer_still_holds_when_it_gives_up_is_numbered_after_what_it_wrote(
+    unreachable: Any,
+) -> None:
+    writer = EventWriter(9, max_outage=0.3)
+    written = await writer.write([("a", {"n": 1})])
+    unreachable.off()
+    assert await writer.write([("b", {"n": 2}), ("c", {"n": 3})]) == []
+    await asyncio.sleep(0.4)
+    with pytest.raises(RedisOutageTooLong):
+        await writer.drain()
+
+    kept = [*written, *writer.held_events(after=written[-1].id)]
+
+    assert [(e.id, e.event, e.data) for e in kept] == [
+        (1, "a", {"n": 1}),
+        (2, "b", {"n": 2}),
+        (3, "c", {"n": 3}),
+    ]
+
+
 class FlakySource:
     """Unavailable for the first ``down`` calls, then the events."""
 

@@ -78,7 +78,7 @@ def test_redis_gone_past_the_outage_limit_fails_the_run_and_reaps_the_cli(
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script(SLOW_TEXT))
-    read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
+    seen = read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
     private_redis.kill()
     private_redis.wait()
 
@@ -95,3 +95,10 @@ def test_redis_gone_past_the_outage_limit_fails_the_run_and_reaps_the_cli(
     # What this worker had streamed is kept, so the conversation can still be shown.
     wait_until(lambda: run.events.filter(event="session").exists(), timeout=20, what="streamed events kept")
     assert run.events.filter(event="text_delta").exists()
+    # And what the CLI printed while Redis was gone, held by the worker, after it in order.
+    seen_text = "".join(e.data["text"] for e in seen if e.event == "text_delta")
+    kept_text = "".join(
+        d["text"]
+        for d in run.events.filter(event="text_delta").order_by("seq").values_list("data", flat=True)
+    )
+    assert kept_text.startswith(seen_text) and len(kept_text) > len(seen_text), (seen_text, kept_text)
