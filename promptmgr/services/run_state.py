@@ -128,16 +128,16 @@ def run_resume(run_id: int, *, unless: Sequence[Pending] = ()) -> bool:
     still has a row of ``unless`` (its pending questions and permission requests).
 
     One statement: nothing shown between a look and the move can be missed."""
-    target, sources = RunStatus.RUNNING, [RunStatus.WAITING_FOR_USER]
-    _check_moves(run_id, target, sources)
+    target, source = RunStatus.RUNNING, RunStatus.WAITING_FOR_USER
+    _check_moves(run_id, target, [source])
     statement = _resume_statement(tuple(unless), connection.vendor)
     with connection.cursor() as cursor:
         # Plain strings: a driver need not know Django's choices (str() gives their value).
-        values: list[int | str] = [str(target), run_id, *map(str, sources), *(str(p.status) for p in unless)]
+        values: list[int | str] = [str(target), run_id, str(source), *(str(p.status) for p in unless)]
         cursor.execute(statement, values)
         if cursor.rowcount:
             return True
-    return _not_moved(run_id, target, sources, held=bool(unless))
+    return _not_moved(run_id, target, [source], held=bool(unless))
 
 
 @dataclass
