@@ -261,6 +261,7 @@ class EventWriter:
         self.run_id = run_id
         self.max_outage = max_outage
         self.held: list[tuple[str, dict[str, Any]]] = []
+        self._last_written = 0  # the id of the last event this writer wrote
         self._failing_since: float | None = None
         self._retry_at = 0.0
         self._backoff = BACKOFF_START
@@ -299,10 +300,11 @@ class EventWriter:
             except redis.RedisError as exc:
                 self._failed(exc)
 
-    def held_events(self, after: int) -> list[Event]:
-        """What is still held, numbered on from ``after`` (the last event written), for a
-        run that ends while Redis stays away: its database copy keeps these too, in order."""
-        return [Event(id=after + i, event=e, data=d) for i, (e, d) in enumerate(self.held, start=1)]
+    def held_events(self) -> list[Event]:
+        """What is still held, numbered on after the last event written, for a run that
+        ends while Redis stays away: its database copy keeps these too, in order."""
+        last = self._last_written
+        return [Event(id=last + i, event=e, data=d) for i, (e, d) in enumerate(self.held, start=1)]
 
     def outage(self, exc: BaseException) -> None:
         """A Redis call of this run failed: note it, and give up past the limit."""
@@ -318,6 +320,7 @@ class EventWriter:
             ids = await append_events(self.run_id, chunk)
             del self.held[: len(chunk)]
             written.extend(Event(id=i, event=e, data=d) for i, (e, d) in zip(ids, chunk, strict=True))
+            self._last_written = ids[-1]
         if self._failing_since is not None:
             outage_over()
         self._failing_since, self._backoff, self._retry_at = None, BACKOFF_START, 0.0

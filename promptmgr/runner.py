@@ -434,8 +434,7 @@ class RunSupervisor:
             logger.warning("run %s ended while Redis was unreachable: %s", self.run_id, exc)
             # Keep what this worker streamed and what it still held for Redis (the CLI's
             # output during the outage), so the conversation can be shown with nothing lost.
-            last = max((e.id for e in self.emitted), default=0)
-            kept = [*self.emitted, *self.writer.held_events(after=last)]
+            kept = [*self.emitted, *self.writer.held_events()]
             await sync_to_async(persist_events)(self.run_id, kept)
 
     async def _close_live(self, ctx: RunContext, outcome: Outcome) -> None:
