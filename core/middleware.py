@@ -10,6 +10,10 @@ bench/decision_path.py, submit-decision in-process, the same run on 2 busy cores
 the view reached in 2.0 ms p50 with these and 2.8 ms with Django's classes; CPU per request
 6.2 ms and 8.0 ms. On an idle machine the latency is alike (a hand-over is cheap then).
 
+The view step is the handler's: Django also hands every synchronous ``process_view`` to a
+thread, so the app's ASGI handlers take ``InlineViewStepsMixin``, which calls one marked
+``runs_inline`` (the CSRF check's) on the loop.
+
 Only the thread changes; the logic is Django's own, so these are drop-in replacements.
 """
 
@@ -52,11 +56,34 @@ class CommonMiddleware(InlineMixin, common.CommonMiddleware):
 
 
 def runs_inline(method: Any) -> Any:
-    """Marks a middleware's ``process_view`` that does no I/O: the app's ASGI handlers
-    (``promptmgr.request_threads.InlineViewStepsMixin``) call it on the event loop, where
-    Django would hand it to a thread and back."""
+    """Marks a middleware's ``process_view`` that does no I/O: handlers with
+    ``InlineViewStepsMixin`` call it on the event loop, where Django would hand it to a
+    thread and back."""
     method.runs_inline = True
     return method
+
+
+class InlineViewStepsMixin:
+    """For the app's ASGI handlers: a middleware's ``process_view`` marked ``runs_inline``
+    is called on the event loop. Django hands every synchronous ``process_view`` to a
+    thread and back (the CSRF check: one more wake-up of a thread and of the loop before
+    every view)."""
+
+    def adapt_method_mode(
+        self,
+        is_async: bool,
+        method: Any,
+        method_is_async: bool | None = None,
+        debug: bool = False,
+        name: str | None = None,
+    ) -> Any:
+        if is_async and getattr(method, "runs_inline", False):
+
+            async def inline(*args: Any, **kwargs: Any) -> Any:
+                return method(*args, **kwargs)
+
+            return inline
+        return super().adapt_method_mode(is_async, method, method_is_async, debug, name)  # type: ignore[misc]
 
 
 class CsrfViewMiddleware(InlineMixin, csrf.CsrfViewMiddleware):

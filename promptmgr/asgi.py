@@ -28,8 +28,9 @@ django.setup(set_prefix=False)
 from django.conf import settings  # noqa: E402  (after Django is set up)
 from starlette.staticfiles import StaticFiles  # noqa: E402
 
+from core.middleware import InlineViewStepsMixin  # noqa: E402
 from promptmgr import internal_url, lifecycle  # noqa: E402
-from promptmgr.request_threads import InlineViewStepsMixin, PooledThreadHandler  # noqa: E402
+from promptmgr.request_threads import PooledThreadHandler  # noqa: E402
 
 # Every other request: its synchronous steps on a long-lived pooled thread.
 django_application = PooledThreadHandler(settings.REQUEST_THREADS)

@@ -22,27 +22,7 @@ from typing import Any
 from asgiref.sync import ThreadSensitiveContext
 from django.core.handlers.asgi import ASGIHandler
 
-
-class InlineViewStepsMixin:
-    """Calls a middleware's ``process_view`` marked ``core.middleware.runs_inline`` on the
-    event loop. Django hands every synchronous ``process_view`` to a thread and back (the
-    CSRF check: one more wake-up of a thread and of the loop before every view)."""
-
-    def adapt_method_mode(
-        self,
-        is_async: bool,
-        method: Any,
-        method_is_async: bool | None = None,
-        debug: bool = False,
-        name: str | None = None,
-    ) -> Any:
-        if is_async and getattr(method, "runs_inline", False):
-
-            async def inline(*args: Any, **kwargs: Any) -> Any:
-                return method(*args, **kwargs)
-
-            return inline
-        return super().adapt_method_mode(is_async, method, method_is_async, debug, name)  # type: ignore[misc]
+from core.middleware import InlineViewStepsMixin
 
 
 class PooledThreadHandler(InlineViewStepsMixin, ASGIHandler):
