@@ -103,7 +103,11 @@ MSG_ENDED = "This run's sandbox has ended; the command did not run."
 # Every step here is paid by each command, so the script runs no program of its own before
 # nsenter: builtins check the sandbox and clear the environment, and the last shell changes
 # directory by name inside the sandbox (nsenter --wd would open it outside, in the host's
-# mounts, where ".." leads out).
+# mounts, where ".." leads out). nsenter and setpriv are named by their absolute paths,
+# found on the server's PATH when the sandbox starts: the command's PATH is the CLI's, which
+# a workspace's settings (``env``) can set, and a program found there would run before the
+# sandbox's entry (nsenter) or inside it with every capability of its namespace (setpriv).
+# It also spares each command the failed exec of every PATH entry before the right one.
 PREFIX_SCRIPT = """#!/bin/sh
 # CLAUDE_CODE_SHELL_PREFIX of one run in its run sandbox; written by promptmgr/run_sandbox.py.
 # The CLI calls it with one argument, the command line (a shell command, an MCP server's).
@@ -122,8 +126,8 @@ if [ ! -d /proc/{pid}/root{marker} ]; then
 fi
 unset {unset}
 export HTTP_PROXY={proxy} HTTPS_PROXY={proxy} http_proxy={proxy} https_proxy={proxy} NO_PROXY={no_proxy} no_proxy={no_proxy}
-exec nsenter --target {pid} --user --mount --net --pid --ipc --uts --cgroup --preserve-credentials -- \\
-    setpriv --bounding-set=-all --inh-caps=-all --ambient-caps=-all --no-new-privs -- \\
+exec {nsenter} --target {pid} --user --mount --net --pid --ipc --uts --cgroup --preserve-credentials -- \\
+    {setpriv} --bounding-set=-all --inh-caps=-all --ambient-caps=-all --no-new-privs -- \\
     /bin/bash -c 'cd -- "$1" || exit 126; eval "$2"' bash "$PWD" "$1"
 """
 
@@ -159,8 +163,18 @@ class Policy:
     egress_deny: tuple[str, ...] = ()
 
 
-def prefix_script(policy: Policy, *, pid: int, marker: str) -> str:
+@dataclass(frozen=True)
+class Entry:
+    """The absolute paths of the programs a command enters its sandbox through."""
+
+    nsenter: str
+    setpriv: str
+
+
+def prefix_script(policy: Policy, *, pid: int, marker: str, entry: Entry) -> str:
     return PREFIX_SCRIPT.format(
+        nsenter=shlex.quote(entry.nsenter),
+        setpriv=shlex.quote(entry.setpriv),
         trusted=shlex.quote(policy.trusted_command),
         pid=pid,
         marker=marker,
@@ -177,7 +191,7 @@ def prefix_dir() -> Path:
     return _real(settings.VAR_DIR) / "sandbox"
 
 
-def write_prefix(policy: Policy, *, pid: int, mount_namespace: int, marker: str) -> Path:
+def write_prefix(policy: Policy, *, pid: int, mount_namespace: int, marker: str, entry: Entry) -> Path:
     """The run's prefix script, the sandbox named in it. The CLI runs a prefix as a program
     with no arguments of its own (an MCP server's command is spawned with the prefix as
     its executable), so each run gets a script of its own."""
@@ -189,7 +203,7 @@ def write_prefix(policy: Policy, *, pid: int, mount_namespace: int, marker: str)
         raise RunSandboxError(f"the sandbox's shell prefix cannot live at {path}: ' -' in its path")
     fd, staged = tempfile.mkstemp(dir=directory, prefix=".staged-")
     with os.fdopen(fd, "w") as file:
-        file.write(prefix_script(policy, pid=pid, marker=marker))
+        file.write(prefix_script(policy, pid=pid, marker=marker, entry=entry))
     os.chmod(staged, 0o700)
     os.replace(staged, path)
     return path
@@ -264,8 +278,9 @@ class RunSandbox:
         return str(self.prefix_path)
 
     @classmethod
-    def start(cls, policy: Policy, *, bwrap: str, path: str) -> RunSandbox:
-        """Start the sandbox with ``bwrap`` (a program on the CLI's ``path``)."""
+    def start(cls, policy: Policy, *, bwrap: str, entry: Entry, path: str) -> RunSandbox:
+        """Start the sandbox with ``bwrap``; commands enter it through ``entry`` (programs
+        found on the CLI's ``path``, by their absolute paths)."""
         (policy.tmpdir / MESSAGING_DIR).mkdir(mode=0o700, exist_ok=True)
         egress_socket = policy.tmpdir / EGRESS_DIR / EGRESS_SOCKET
         egress_socket.parent.mkdir(mode=0o700, exist_ok=True)
@@ -328,7 +343,7 @@ class RunSandbox:
             # once its first process has socat listening, and the egress serves.
             _wait_ready(ready_read, process)
             _wait_egress(proxy)
-            prefix = write_prefix(policy, pid=pid, mount_namespace=namespace, marker=marker)
+            prefix = write_prefix(policy, pid=pid, mount_namespace=namespace, marker=marker, entry=entry)
         except BaseException:
             try:
                 # Gone on return, as after stop (bubblewrap's own death reaches the sandbox

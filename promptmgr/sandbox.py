@@ -297,8 +297,8 @@ def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
     directories readable, ``HIDDEN_ENV`` out of every command's environment."""
     found = {tool: shutil.which(tool, path=path) for tool in run_sandbox.REQUIRED_TOOLS}
     missing = [tool for tool, program in found.items() if program is None]
-    bwrap = found["bwrap"]
-    if missing or bwrap is None:
+    bwrap, nsenter, setpriv = found["bwrap"], found["nsenter"], found["setpriv"]
+    if missing or bwrap is None or nsenter is None or setpriv is None:
         raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=f"{' and '.join(missing)} not installed"))
     root = _real(workdir)
     policy = run_sandbox.Policy(
@@ -314,7 +314,8 @@ def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
         egress_deny=service_hosts(),
     )
     try:
-        return RunSandbox.start(policy, bwrap=bwrap, path=path)
+        entry = run_sandbox.Entry(nsenter=os.path.realpath(nsenter), setpriv=os.path.realpath(setpriv))
+        return RunSandbox.start(policy, bwrap=bwrap, entry=entry, path=path)
     except (OSError, RunSandboxError) as exc:
         raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None
 

@@ -233,3 +233,35 @@ def test_an_ask_user_command_that_is_not_a_json_list_of_strings_is_refused(
     monkeypatch.setenv("ASK_USER_MCP_COMMAND", raw)
     with pytest.raises(ImproperlyConfigured, match="ASK_USER_MCP_COMMAND must be a JSON list"):
         envcommand("ASK_USER_MCP_COMMAND", ["python"])
+
+
+def test_a_commands_path_cannot_choose_the_programs_that_enter_the_sandbox(workdir: Path) -> None:
+    # A command's PATH is the CLI's, which a workspace's own settings (`env`) can set: a
+    # `nsenter` found there would run outside the sandbox, a `setpriv` inside it with every
+    # capability of its namespaces. These decoys sit in the working directory, as a
+    # repository's own files would, and say so if they ever run.
+    decoys = workdir / "bin"
+    decoys.mkdir()
+    for name in ("nsenter", "setpriv"):
+        decoy = decoys / name
+        decoy.write_text(f"#!/bin/sh\ntouch {workdir}/{name}-ran\nexit 1\n")
+        decoy.chmod(0o755)
+    tmpdir = sandbox.run_tmp_open(11)
+    held = sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=child_path())
+    try:
+        inside = os.readlink(f"/proc/{held.pid}/ns/mnt")
+        ran = subprocess.run(
+            [str(held.prefix_path), "readlink /proc/self/ns/mnt"],
+            cwd=workdir,
+            env={"PATH": f"{decoys}:{child_path()}"},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        held.stop()
+        sandbox.run_tmp_close(tmpdir)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == inside
+    assert inside != os.readlink("/proc/self/ns/mnt")
+    assert sorted(path.name for path in workdir.glob("*-ran")) == []
