@@ -100,6 +100,7 @@ bench: $(VENV)/.installed-app
 	CLAUDE_SANDBOX_SCOPE=command $(PY) bench/approval_latency.py --question-rounds 0
 	CLAUDE_SANDBOX=off $(PY) bench/approval_latency.py --question-rounds 0
 	$(PY) bench/decision_path.py
+	$(PY) bench/mcp_hop.py
 	$(PY) bench/machinery.py
 	$(PY) bench/streams_footprint.py
 	$(PY) bench/scale.py
