@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import anyio
+
 from .server import build_server
 
 
 def main() -> None:
-    build_server().run("stdio")
+    # uvloop: the server's loop wakes for every relay reply and every line from the CLI.
+    anyio.run(build_server().run_stdio_async, backend_options={"use_uvloop": True})
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ decision is handed to the CLI verbatim. Every other outcome is a deny with a sen
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Mapping
@@ -19,7 +18,7 @@ from typing import Any
 from mcp_types import CallToolResult, TextContent
 
 from . import answers
-from .config import ConfigError, load_config
+from .config import ConfigError, current_config
 from .errors import (
     DecisionMalformed,
     DecisionTimedOut,
@@ -74,8 +73,7 @@ async def approve(
     """
     name = tool_name.strip() or "tool"
     try:
-        # File read and getaddrinfo block; keep the event loop (and the stdio session) responsive.
-        config = await asyncio.to_thread(load_config, config_path_env)
+        config = await current_config(config_path_env)
     except ConfigError as exc:
         return _deny(answers.approval_not_configured(name, str(exc)))
 

@@ -7,7 +7,6 @@ signature is the tool's input schema and whose docstring is the description the 
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 from collections.abc import Sequence
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, cast, get_args
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.stdio import stdio_server
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError, WithJsonSchema
 
@@ -23,7 +23,7 @@ from core.tool_names import APPROVE_TOOL, ASK_TOOL, MCP_SERVER_NAME
 
 from . import answers
 from .approvals import approve
-from .config import CONFIG_ENV_VAR, ConfigError, load_config
+from .config import CONFIG_ENV_VAR, ConfigError, current_config
 from .errors import (
     QuestionCancelled,
     QuestionExpired,
@@ -34,6 +34,7 @@ from .errors import (
 )
 from .relay import relay_question, wait_for_answer
 from .relay_http import ClientFactory, shared_client
+from .stdio import pipe_stdio, pipes_apart
 
 TOOL_TITLE = "Ask the user"
 APPROVE_TOOL_TITLE = "Approve a tool call"
@@ -103,8 +104,7 @@ async def ask_user(
     text result: the formatted answer, or ``is_error`` with a sentence telling Claude what to do.
     """
     try:
-        # File read and getaddrinfo block; keep the event loop (and the stdio session) responsive.
-        config = await asyncio.to_thread(load_config, config_path_env)
+        config = await current_config(config_path_env)
     except ConfigError as exc:
         return _text_result(answers.not_configured(str(exc)), is_error=True)
 
@@ -209,8 +209,22 @@ def _add_tool(server: MCPServer[object], tool: Any, *, name: str, title: str, re
     )
 
 
+class AskUserServer(MCPServer[object]):
+    """The SDK's server, whose stdio is read and written by the event loop when it can be
+    (``stdio.pipe_stdio``: the SDK's default goes through a worker thread for every line)."""
+
+    async def run_stdio_async(self) -> None:
+        if not pipes_apart():
+            await super().run_stdio_async()
+            return
+        async with pipe_stdio() as (lines, out), stdio_server(lines, out) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await self._lowlevel_server.run(
+                read_stream, write_stream, self._lowlevel_server.create_initialization_options()
+            )
+
+
 def build_server() -> MCPServer[object]:
-    server: MCPServer[object] = MCPServer(
+    server: MCPServer[object] = AskUserServer(
         MCP_SERVER_NAME,
         title="PromptManager ask-user",
         instructions=INSTRUCTIONS,

@@ -10,7 +10,15 @@ from typing import Any
 
 import pytest
 
-from mcp_server.config import AskUserConfig, ConfigError, check_api_url, load_config, parse_config
+from mcp_server import config as config_module
+from mcp_server.config import (
+    AskUserConfig,
+    ConfigError,
+    check_api_url,
+    current_config,
+    load_config,
+    parse_config,
+)
 from tests.mcp_server.fake_relay import RELAY_TOKEN, config_data
 
 pytestmark = pytest.mark.unit
@@ -187,3 +195,42 @@ def test_refusals_never_repeat_the_relay_token(write_config: Callable[..., Path]
         with pytest.raises(ConfigError) as caught:
             parse_config(data)
         assert RELAY_TOKEN not in str(caught.value)
+
+
+@pytest.mark.asyncio
+async def test_a_tool_call_reuses_the_config_until_the_file_changes(
+    write_config: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[str | None] = []
+
+    def counted(path: str | None) -> AskUserConfig:
+        reads.append(path)
+        return load_config(path)
+
+    monkeypatch.setattr(config_module, "load_config", counted)
+    path = write_config("http://127.0.0.1:8000", timeout=300)
+    first = await current_config(str(path))
+    assert await current_config(str(path)) is first
+    assert len(reads) == 1
+
+    replaced = path.with_name("staged.json")
+    replaced.write_text(json.dumps(config_data("http://127.0.0.1:8000", timeout=120)))
+    replaced.replace(path)  # as PromptManager writes it: a new file in its place
+    assert (await current_config(str(path))).timeout == 120
+    assert len(reads) == 2
+
+
+@pytest.mark.asyncio
+async def test_a_config_that_went_missing_or_bad_is_refused_at_once(
+    write_config: Callable[..., Path],
+) -> None:
+    path = write_config("http://127.0.0.1:8000")
+    await current_config(str(path))
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="is not valid JSON"):
+        await current_config(str(path))
+    path.unlink()
+    with pytest.raises(ConfigError, match="does not exist"):
+        await current_config(str(path))
+    with pytest.raises(ConfigError, match="environment variable is not set"):
+        await current_config(None)

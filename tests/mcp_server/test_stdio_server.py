@@ -6,11 +6,15 @@ talks real HTTP to ``FakeRelay``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp.client import Client
@@ -168,3 +172,89 @@ async def test_the_approve_tool_is_listed_and_hands_the_decision_to_the_cli_as_j
     assert len(relay.requests_to("/poll-decision")) == 2
     assert "poll-decision" in errlog.read_text(encoding="utf-8")
     assert RELAY_TOKEN not in errlog.read_text(encoding="utf-8")
+
+
+@pytest.mark.asyncio
+async def test_a_permission_request_of_megabytes_reaches_the_relay_whole(
+    tmp_path: Path, relay: FakeRelay, write_config: Callable[..., Path]
+) -> None:
+    # A Write's whole file comes in one line of stdin: the loop's reader must take it.
+    allow = {"behavior": "allow", "updatedInput": {"file_path": "/w/big.txt"}}
+    relay.decision_replies = [decided(allow)]
+    content = "x" * (3 * 1024 * 1024)
+    arguments = {"tool_name": "Write", "input": {"file_path": "/w/big.txt", "content": content}}
+
+    async with server_process(write_config(relay.url), tmp_path, tmp_path / "stderr.log") as client:
+        result = await client.call_tool("approve", arguments)
+        again = await client.call_tool("approve", {**arguments, "input": {"file_path": "/w/b"}})
+
+    [block] = result.content
+    assert block.type == "text" and json.loads(block.text) == allow
+    assert again.is_error is False
+    [first, second] = relay.requests_to("/relay-permission")
+    assert first.json()["input"]["content"] == content
+    assert second.json()["input"] == {"file_path": "/w/b"}
+
+
+def _proc_status(pid: int, field: str) -> str:
+    line = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith(field))
+    return line.split(":", 1)[1].strip()
+
+
+def _fd_flags(pid: int, fd: int) -> int:
+    line = next(
+        ln for ln in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines() if ln.startswith("flags")
+    )
+    return int(line.split(":", 1)[1], 8)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("shared", [False, True], ids=["own-pipes", "stdout-is-stderr"])
+async def test_stdio_is_served_by_the_event_loop_unless_stdout_shares_stderrs_pipe(
+    tmp_path: Path, shared: bool
+) -> None:
+    # On its own pipes the server reads and writes them on the loop: no worker thread waits on
+    # stdin. When stdout is stderr's pipe it keeps the SDK's threads, so stdout stays blocking:
+    # the loop would make stderr non-blocking too, and a log line into a full pipe would fail.
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "mcp_server",
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(REPO), "ASK_USER_LOG_LEVEL": "DEBUG"},
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT if shared else asyncio.subprocess.DEVNULL,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    process.stdin.write(json.dumps(hello).encode() + b"\n")
+    await process.stdin.drain()
+    reply: dict[str, Any] = {}
+    async with asyncio.timeout(CALL_TIMEOUT):
+        while reply.get("id") != 1:
+            line = await process.stdout.readline()
+            assert line, "the server ended without answering"
+            with contextlib.suppress(ValueError):
+                reply = json.loads(line)
+    threads = int(_proc_status(process.pid, "Threads"))
+    stderr_flags = _fd_flags(process.pid, 2)
+    process.stdin.close()
+    await asyncio.wait_for(process.wait(), CALL_TIMEOUT)
+
+    assert reply["result"]["serverInfo"]["name"] == "ask-user"
+    assert process.returncode == 0
+    if shared:
+        assert threads >= 2
+        assert not stderr_flags & os.O_NONBLOCK
+    else:
+        assert threads == 1
