@@ -13,6 +13,9 @@ that are the MCP server's alone:
    socket until the tool's result line has been read from its stdout (the decision path's
    last hop before the CLI).
 
+``MCP_HOP_PREFIX`` puts interpreter options before ``-m mcp_server`` (e.g.
+``-m cProfile -o /tmp/mcp.prof`` to profile the server).
+
 ``bench/approval_latency.py`` measures the same hops inside a real run, among the CLI, the
 app and the sandbox; here they are alone, so a change to the MCP server shows in them.
 A benchmark reports; it does not assert.
