@@ -15,9 +15,20 @@ import pytest
 from django.utils import timezone
 
 from askuser.models import LateDelivery, Question, QuestionStatus
+from core.redis import get_redis
+from promptmgr import live
 from tests.conftest import LiveServer
 from tests.engines.support import ask_user_question, mcp_ask_user, sdk_question
-from tests.helpers import QUOTE, SSEEvent, login_client, make_project, read_sse, script, start_run
+from tests.helpers import (
+    QUOTE,
+    SSEEvent,
+    login_client,
+    make_project,
+    read_sse,
+    script,
+    start_run,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -90,6 +101,15 @@ def test_an_expired_questions_late_answer_reaches_claude_in_the_running_turn(
     assert response.status_code == 200, response.text
     assert response.json()["delivery"] == "pending"
     assert response.json()["answers"] == {"Which database?": "Postgres"}
+    # The late answer goes through the run's inbox, the second answer through its own hand-off:
+    # answered at once, the turn could take the second answer and end before the supervisor
+    # wrote the late one into its input (then "next_turn", which is right for that order).
+    # So the person answers once the run took the late answer from its inbox.
+    wait_until(
+        lambda: get_redis().llen(live.inbox_key(started["run_id"])) == 0,
+        timeout=30,
+        what="the run took the late answer from its inbox",
+    )
     answered = client.post(
         "/api/askuser/submit-answer",
         json={"question_id": second.data["question_id"], "answer": "", "selectedOptions": [0]},
