@@ -49,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -290,6 +291,15 @@ def service_hosts() -> tuple[str, ...]:
     return tuple(dict.fromkeys(host for host in hosts if host and not host.startswith("/")))
 
 
+def _shown_part(path: str, hidden: Sequence[Path]) -> str:
+    """The entries of ``path`` that a sandbox hiding ``hidden`` still shows."""
+    return os.pathsep.join(
+        entry
+        for entry in path.split(os.pathsep)
+        if entry and not any(_real(entry).is_relative_to(region) for region in hidden)
+    )
+
+
 def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
     """Start the run's own sandbox (the ``run`` scope) with this module's policy:
     ``denied_regions`` hidden (the scratch ones private to the run), the private files
@@ -297,8 +307,8 @@ def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
     directories readable, ``HIDDEN_ENV`` out of every command's environment."""
     found = {tool: shutil.which(tool, path=path) for tool in run_sandbox.REQUIRED_TOOLS}
     missing = [tool for tool, program in found.items() if program is None]
-    bwrap, nsenter, setpriv = found["bwrap"], found["nsenter"], found["setpriv"]
-    if missing or bwrap is None or nsenter is None or setpriv is None:
+    bwrap, nsenter = found["bwrap"], found["nsenter"]
+    if missing or bwrap is None or nsenter is None:
         raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=f"{' and '.join(missing)} not installed"))
     root = _real(workdir)
     policy = run_sandbox.Policy(
@@ -313,8 +323,16 @@ def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
         egress_allow=tuple(settings.CLAUDE_SANDBOX_EGRESS_ALLOW),
         egress_deny=service_hosts(),
     )
+    # setpriv runs inside the sandbox, after nsenter: the first one on PATH the sandbox shows
+    # (a directory it hides, the working directory's among them, never supplies it).
+    setpriv = shutil.which("setpriv", path=_shown_part(path, policy.hidden))
+    if setpriv is None:
+        raise SandboxUnavailable(
+            MSG_UNAVAILABLE.format(reason="setpriv is installed only where the sandbox hides it")
+        )
+    # realpath: a relative PATH entry would otherwise name a program by the server's cwd.
+    entry = run_sandbox.Entry(nsenter=os.path.realpath(nsenter), setpriv=os.path.realpath(setpriv))
     try:
-        entry = run_sandbox.Entry(nsenter=os.path.realpath(nsenter), setpriv=os.path.realpath(setpriv))
         return RunSandbox.start(policy, bwrap=bwrap, entry=entry, path=path)
     except (OSError, RunSandboxError) as exc:
         raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -265,3 +266,28 @@ def test_a_commands_path_cannot_choose_the_programs_that_enter_the_sandbox(workd
     assert ran.stdout.strip() == inside
     assert inside != os.readlink("/proc/self/ns/mnt")
     assert sorted(path.name for path in workdir.glob("*-ran")) == []
+
+
+def test_the_sandbox_enters_through_a_setpriv_it_shows_not_one_it_hides(workdir: Path) -> None:
+    # setpriv runs inside the sandbox: one found first on the server's PATH but in a place
+    # the sandbox hides (here the app's storage) would be missing there for every command.
+    tools = Path(settings.STORAGE_ROOT) / "tools"
+    tools.mkdir()
+    shutil.copy2(str(shutil.which("setpriv", path=child_path())), tools / "setpriv")
+    tmpdir = sandbox.run_tmp_open(12)
+    held = sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=f"{tools}:{child_path()}")
+    try:
+        script = held.prefix_path.read_text()
+        ran = subprocess.run(
+            [str(held.prefix_path), "echo entered"],
+            cwd=workdir,
+            env={"PATH": child_path()},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    finally:
+        held.stop()
+        sandbox.run_tmp_close(tmpdir)
+    assert str(tools) not in script
+    assert (ran.returncode, ran.stdout) == (0, "entered\n"), ran.stderr
