@@ -54,7 +54,10 @@ class Relay:
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
-            head = await reader.readuntil(b"\r\n\r\n")
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                return  # the server closed its kept-alive connection as it ended
             now = time.monotonic()
             length = 0
             for line in head.split(b"\r\n"):
