@@ -18,7 +18,6 @@ retried (a dropped connection) gets the same answer; Redis only wakes the waitin
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from datetime import timedelta
 from pathlib import Path
@@ -29,6 +28,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core import events
+from core.after_response import after_response
 from core.errors import Conflict, Gone, Invalid, NotFound
 from core.questions import FormAnswer, Handoff, questions_from_tool_input
 from core.tool_names import ASK_USER_QUESTION, FILE_EDIT_TOOLS
@@ -420,10 +420,6 @@ async def permission_decide(
     """
     request = await sync_to_async(_decide)(request_id, user, decision, message.strip())
     remaining = max(1, int((request.expires_at - timezone.now()).total_seconds()))
-    await live.answer_push(
-        request_id, {"result": result_for(request)}, ttl=remaining + live.QUESTION_TTL_GRACE
-    )
-    await sync_to_async(_after_decision)(request)
     decided_at = request.decided_at or timezone.now()
     event = {
         "request_id": request_id,
@@ -433,13 +429,24 @@ async def permission_decide(
         "message": message.strip(),
         "decided_at": decided_at.isoformat(),
     }
-    # The card's update and the pending set's clean-up in one round trip's time.
-    await asyncio.gather(
-        events.append_events(
-            request.run_id, [("permission_decided", event), ("run_status", {"status": RunStatus.RUNNING})]
+    # One transaction: the card's update, then the wake, so every page hears of the
+    # decision before anything the tool call does.
+    await live.answer_push(
+        request_id,
+        {"result": result_for(request)},
+        ttl=remaining + live.QUESTION_TTL_GRACE,
+        run_events=(
+            request.run_id,
+            [("permission_decided", event), ("run_status", {"status": RunStatus.RUNNING})],
         ),
-        live.permission_pending_remove(request.run_id, request_id),
     )
+
+    async def bookkeeping() -> None:
+        await sync_to_async(_after_decision)(request)
+        await live.permission_pending_remove(request.run_id, request_id)
+
+    # The person is answered once the decision is stored and Claude woken; the rest follows.
+    await after_response(bookkeeping)
     return {
         "request_id": request_id,
         "decision": request.decision,

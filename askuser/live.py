@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError, ResponseError
 
+from core import events
 from core.events import run_key
 from core.redis import encode_json, get_async_redis, get_redis, key_prefix
 
@@ -177,9 +178,20 @@ def relay_token_revoke_sync(run_id: int) -> None:
 # --- Answer hand-off --------------------------------------------------------------------
 
 
-async def answer_push(question_id: str, answer: dict[str, Any], *, ttl: int) -> None:
+async def answer_push(
+    question_id: str,
+    answer: dict[str, Any],
+    *,
+    ttl: int,
+    run_events: tuple[int, list[tuple[str, dict[str, Any]]]] | None = None,
+) -> None:
+    """Hand ``answer`` to the poll waiting for it; ``run_events`` (run id, events) are
+    appended to that run's stream in the same transaction, before the hand-off, so a page
+    sees them before anything Claude does with the answer."""
     client = get_async_redis()
     pipe = client.pipeline(transaction=True)
+    if run_events is not None:
+        events.queue_append(pipe, *run_events)
     pipe.delete(answer_key(question_id))
     pipe.rpush(answer_key(question_id), encode_json(answer))
     pipe.expire(answer_key(question_id), ttl)

@@ -8,7 +8,6 @@ or the SDK engine's callback) through a Redis list that is popped once.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import events
+from core.after_response import after_response
 from core.errors import Conflict, Gone, Invalid, NotFound
 from core.questions import AnswerIn, Card, CardSource, FormAnswer, Handoff, QuestionSpec
 from promptmgr.models import ACTIVE_RUN_STATUSES, Run, RunStatus
@@ -294,9 +294,6 @@ async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[
         # An answer the policy gave can be replaced until Claude takes it (else 409 again).
         return await policy.answer_override(question_id=question_id, user=user, body=body)
     remaining = max(1, int((question.expires_at - timezone.now()).total_seconds()))
-    # The hand-off first: the waiting long-poll returns the moment this lands.
-    await live.answer_push(question_id, form.handoff().model_dump(), ttl=remaining + live.QUESTION_TTL_GRACE)
-    await sync_to_async(resume_if_idle_locked)(question.run_id)
     event = {
         "question_id": question_id,
         "answers": form.display,
@@ -304,13 +301,24 @@ async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[
         "answered_by": getattr(user, "username", ""),
         "answered_at": (question.answered_at or timezone.now()).isoformat(),
     }
-    # The card's update and the cache's clean-up in one round trip's time.
-    await asyncio.gather(
-        events.append_events(
-            question.run_id, [("ask_user_answered", event), ("run_status", {"status": RunStatus.RUNNING})]
+    # One transaction: the card's update, then the hand-off (the waiting long-poll returns
+    # the moment it lands), so every page hears of the answer before Claude's reply.
+    await live.answer_push(
+        question_id,
+        form.handoff().model_dump(),
+        ttl=remaining + live.QUESTION_TTL_GRACE,
+        run_events=(
+            question.run_id,
+            [("ask_user_answered", event), ("run_status", {"status": RunStatus.RUNNING})],
         ),
-        live.question_cache_clear(question.run_id, question_id),
     )
+
+    async def bookkeeping() -> None:
+        await sync_to_async(resume_if_idle_locked)(question.run_id)
+        await live.question_cache_clear(question.run_id, question_id)
+
+    # The person is answered once the answer is stored and Claude woken; the rest follows.
+    await after_response(bookkeeping)
     return event
 
 

@@ -171,6 +171,13 @@ async def append_events(run_id: int, events: list[tuple[str, dict[str, Any]]]) -
     return list(range(first, first + len(events)))
 
 
+def queue_append(pipe: Any, run_id: int, events: list[tuple[str, dict[str, Any]]]) -> None:
+    """Queue a batch's append in ``pipe`` (a redis-py asyncio pipeline), to land in one
+    transaction with what else it holds (``askuser.live.answer_push``)."""
+    args = [part for event, data in events for part in (event, encode_json(data))]
+    pipe.eval(_APPEND_LUA, 2, events_key(run_id), seq_key(run_id), *args)
+
+
 async def append_event(run_id: int, event: str, data: dict[str, Any]) -> int:
     """Append one event to the run's event stream; returns its id."""
     [event_id] = await append_events(run_id, [(event, data)])

@@ -11,6 +11,9 @@ request after another. Run event streams (SSE) take none: a request keeps its th
 long as it lasts, which for a stream is as long as someone watches. A stream's few
 synchronous steps (the session and the run's visibility at the start, a status check
 per heartbeat) go to asgiref's one shared thread instead.
+
+What a request leaves for after its response (``core.after_response``: the bookkeeping of
+a person's answer or decision) runs in the request's own task once the response is out.
 """
 
 from __future__ import annotations
@@ -28,12 +31,14 @@ django.setup(set_prefix=False)
 from django.conf import settings  # noqa: E402  (after Django is set up)
 from starlette.staticfiles import StaticFiles  # noqa: E402
 
+from core import after_response  # noqa: E402
 from core.middleware import InlineViewStepsMixin  # noqa: E402
 from promptmgr import internal_url, lifecycle  # noqa: E402
 from promptmgr.request_threads import PooledThreadHandler  # noqa: E402
 
-# Every other request: its synchronous steps on a long-lived pooled thread.
-django_application = PooledThreadHandler(settings.REQUEST_THREADS)
+# Every other request: its synchronous steps on a long-lived pooled thread, and what it
+# leaves for after its response (core.after_response) done once the response is out.
+django_application = after_response.serving(PooledThreadHandler(settings.REQUEST_THREADS))
 from promptmgr.scripted_model.server import create_app as create_demo_model  # noqa: E402
 
 Scope = dict[str, Any]

@@ -1,0 +1,64 @@
+"""Work a request finishes after its response has gone out.
+
+A person's answer or decision is acknowledged once it is stored and handed to the waiting
+Claude turn; what only the pages need (the card's events, the run's status, an always-allow
+rule for later runs) follows the response instead of delaying it. bench/askuser_latency.py
+and bench/approval_latency.py measure the acknowledgement (target: 3 ms p50).
+
+``serving(app)`` wraps the ASGI app (``promptmgr.asgi``): the request's deferred work runs in
+the request's own task once the app has sent the response, so uvicorn's graceful shutdown
+waits for it like for any request still being served. A deferred step that fails is logged
+and the steps after it still run. Where no ASGI server defers (Django's test clients,
+management commands, a service called directly), ``after_response`` runs the work at once,
+so callers see the same state as before.
+
+This adds no window in which work can be lost: the same steps used to run after the same
+commit, only before the acknowledgement instead of after it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+Work = Callable[[], Awaitable[None]]
+ASGIApp = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+# The request's deferred steps; None outside a request served through ``serving``. A list,
+# not a tuple: Django runs the view in a task of its own, which sees a copy of this context,
+# so the view appends to the request's list rather than setting the variable.
+_deferred: ContextVar[list[Work] | None] = ContextVar("after_response", default=None)
+
+
+async def after_response(work: Work) -> None:
+    """Run ``work`` once the current request's response has been sent (at once if nothing defers)."""
+    deferred = _deferred.get()
+    if deferred is None:
+        await work()
+        return
+    deferred.append(work)
+
+
+def serving(app: ASGIApp) -> ASGIApp:
+    """``app``, with each HTTP request's ``after_response`` work run after its response."""
+
+    async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        deferred: list[Work] = []
+        token = _deferred.set(deferred)
+        try:
+            await app(scope, receive, send)
+        finally:
+            _deferred.reset(token)
+            # Even when the app failed or the client went away: the work belongs to a step
+            # that was committed.
+            for work in deferred:
+                try:
+                    await work()
+                except Exception:
+                    logger.exception("A request's work after its response failed")
+
+    return wrapped
