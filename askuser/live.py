@@ -198,12 +198,15 @@ async def answer_push(
     await pipe.execute()
 
 
-async def answer_wake(question_id: str, *, ttl: int) -> None:
-    """Wake a poll waiting for a question that closed without an answer.
+async def answer_wake(
+    question_id: str, *, ttl: int, run_events: tuple[int, list[tuple[str, dict[str, Any]]]] | None = None
+) -> None:
+    """Wake a poll waiting for a question that closed without an answer (or whose answer
+    is in the database); ``run_events`` as ``answer_push``.
 
     The poll gets ``ANSWER_WAKE`` instead of an answer and reads why from the database.
     """
-    await answer_push(question_id, ANSWER_WAKE, ttl=ttl)
+    await answer_push(question_id, ANSWER_WAKE, ttl=ttl, run_events=run_events)
 
 
 class _HeldPolls:

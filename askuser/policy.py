@@ -392,7 +392,6 @@ async def question_answer_apply(*, policy_id: int) -> bool:
     assert policy.question is not None and policy.applied_at is not None
     question_id = str(policy.question.question_id)
     remaining = max(1, int((policy.question.expires_at - timezone.now()).total_seconds()))
-    await live.answer_push(question_id, form.handoff().model_dump(), ttl=remaining + live.QUESTION_TTL_GRACE)
     event = {
         "question_id": question_id,
         "answers": form.display,
@@ -403,8 +402,15 @@ async def question_answer_apply(*, policy_id: int) -> bool:
         "policy_id": policy.pk,
         "answered_at": policy.applied_at.isoformat(),
     }
-    await events.append_events(
-        policy.run_id, [("ask_user_answered", event), ("run_status", {"status": RunStatus.RUNNING})]
+    # The card's update lands with the hand-off, as a person's answer's does.
+    await live.answer_push(
+        question_id,
+        form.handoff().model_dump(),
+        ttl=remaining + live.QUESTION_TTL_GRACE,
+        run_events=(
+            policy.run_id,
+            [("ask_user_answered", event), ("run_status", {"status": RunStatus.RUNNING})],
+        ),
     )
     await live.question_cache_clear(policy.run_id, question_id)
     return True
@@ -577,8 +583,6 @@ async def permission_decision_apply(*, policy_id: int) -> bool:
     assert request is not None and policy.applied_at is not None
     request_id = str(request.request_id)
     remaining = max(1, int((request.expires_at - timezone.now()).total_seconds()))
-    await live.answer_wake(request_id, ttl=remaining + live.QUESTION_TTL_GRACE)
-    await live.permission_pending_remove(policy.run_id, request_id)
     event = {
         "request_id": request_id,
         "decision": Decision.ALLOW if policy.decision == PolicyDecision.ALLOW else Decision.DENY,
@@ -589,7 +593,14 @@ async def permission_decision_apply(*, policy_id: int) -> bool:
         "reasoning": policy.reasoning,
         "decided_at": policy.applied_at.isoformat(),
     }
-    await events.append_events(
-        policy.run_id, [("permission_decided", event), ("run_status", {"status": RunStatus.RUNNING})]
+    # The card's update lands with the wake, as a person's decision's does.
+    await live.answer_wake(
+        request_id,
+        ttl=remaining + live.QUESTION_TTL_GRACE,
+        run_events=(
+            policy.run_id,
+            [("permission_decided", event), ("run_status", {"status": RunStatus.RUNNING})],
+        ),
     )
+    await live.permission_pending_remove(policy.run_id, request_id)
     return True

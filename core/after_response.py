@@ -1,9 +1,11 @@
 """Work a request finishes after its response has gone out.
 
 A person's answer or decision is acknowledged once it is stored and handed to the waiting
-Claude turn; what only the pages need (the card's events, the run's status, an always-allow
-rule for later runs) follows the response instead of delaying it. bench/askuser_latency.py
-and bench/approval_latency.py measure the acknowledgement (target: 3 ms p50).
+Claude turn, with the card's events in the hand-off's own transaction
+(``askuser.live.answer_push``); what Claude does not wait for (the run's resume in the
+database, the question cache's or pending set's clean-up, an always-allow rule for later
+runs) follows the response instead of delaying it. bench/askuser_latency.py and
+bench/approval_latency.py measure the acknowledgement (target: 3 ms p50).
 
 ``serving(app)`` wraps the ASGI app (``promptmgr.asgi``): the request's deferred work runs in
 the request's own task once the app has sent the response, so uvicorn's graceful shutdown

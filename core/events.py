@@ -166,16 +166,19 @@ async def append_events(run_id: int, events: list[tuple[str, dict[str, Any]]]) -
     """Append a batch to the run's event stream in one round trip; returns their ids."""
     if not events:
         return []
-    args = [part for event, data in events for part in (event, encode_json(data))]
-    first = await _appender().append([events_key(run_id), seq_key(run_id)], args)
+    first = await _appender().append([events_key(run_id), seq_key(run_id)], _append_args(events))
     return list(range(first, first + len(events)))
 
 
 def queue_append(pipe: Any, run_id: int, events: list[tuple[str, dict[str, Any]]]) -> None:
     """Queue a batch's append in ``pipe`` (a redis-py asyncio pipeline), to land in one
     transaction with what else it holds (``askuser.live.answer_push``)."""
-    args = [part for event, data in events for part in (event, encode_json(data))]
-    pipe.eval(_APPEND_LUA, 2, events_key(run_id), seq_key(run_id), *args)
+    pipe.eval(_APPEND_LUA, 2, events_key(run_id), seq_key(run_id), *_append_args(events))
+
+
+def _append_args(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """``_APPEND_LUA``'s ARGV: event/data pairs."""
+    return [part for event, data in events for part in (event, encode_json(data))]
 
 
 async def append_event(run_id: int, event: str, data: dict[str, Any]) -> int:

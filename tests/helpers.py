@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +15,55 @@ from core.tool_names import MCP_ASK_USER
 
 if TYPE_CHECKING:
     from tests.conftest import LiveServer
+
+
+Message = dict[str, Any]
+
+
+def http_scope(path: str, method: str = "GET", headers: list[tuple[bytes, bytes]] | None = None) -> Message:
+    """An ASGI HTTP scope as uvicorn makes it, for the test host."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"testserver"), *(headers or [])],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+
+
+async def asgi_request(
+    app: Callable[[Message, Any, Any], Awaitable[None]],
+    scope: Message,
+    body: bytes = b"",
+    on_send: Callable[[Message], Awaitable[None]] | None = None,
+) -> list[Message]:
+    """One request through ``app`` as an ASGI server makes it, the client staying connected;
+    the messages the app sent (``on_send`` sees each as it is sent)."""
+    sent: list[Message] = []
+    body_read = False
+    never = asyncio.Event()
+
+    async def receive() -> Message:
+        nonlocal body_read
+        if not body_read:
+            body_read = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await never.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+        if on_send is not None:
+            await on_send(message)
+
+    await app(scope, receive, send)
+    return sent
 
 
 def free_port() -> int:

@@ -1,10 +1,10 @@
 """A person's answer or decision is acknowledged before its bookkeeping (``core.after_response``):
-the response goes out once the answer is stored and Claude woken; the card's events and the
-run's status follow in the same request, and are never skipped."""
+the response goes out once the answer is stored and Claude woken, with the card's events in
+the hand-off's transaction; the run's resume and the clean-up follow in the same request, and
+are never skipped."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -18,63 +18,23 @@ from askuser import approvals, live
 from core import events
 from core.after_response import after_response, serving
 from promptmgr.models import Run, RunStatus
-from tests.helpers import BASH_CALL, ask_permission, open_question, owned_run
+from tests.helpers import (
+    BASH_CALL,
+    Message,
+    asgi_request,
+    ask_permission,
+    http_scope,
+    open_question,
+    owned_run,
+)
 
 pytestmark = pytest.mark.unit
-
-Sent = list[dict[str, Any]]
-
-
-def http_scope(
-    path: str = "/", method: str = "GET", headers: list[tuple[bytes, bytes]] | None = None
-) -> dict[str, Any]:
-    return {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"127.0.0.1"), *(headers or [])],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 80),
-    }
-
-
-async def call(
-    app: Callable[[dict[str, Any], Any, Any], Awaitable[None]],
-    scope: dict[str, Any],
-    body: bytes = b"",
-    on_send: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
-) -> Sent:
-    """One request through ``app`` as an ASGI server makes it; the messages the app sent."""
-    sent: Sent = []
-    body_read = False
-    never = asyncio.Event()
-
-    async def receive() -> dict[str, Any]:
-        nonlocal body_read
-        if not body_read:
-            body_read = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await never.wait()  # the client stays connected
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-        if on_send is not None:
-            await on_send(message)
-
-    await app(scope, receive, send)
-    return sent
 
 
 def replying(log: list[str], *, then: Callable[[], Awaitable[None]] | None = None) -> Any:
     """A bare ASGI app that defers a step, then replies (and then runs ``then``)."""
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def app(scope: Message, receive: Any, send: Any) -> None:
         async def step() -> None:
             log.append("deferred step")
 
@@ -92,7 +52,7 @@ def replying(log: list[str], *, then: Callable[[], Awaitable[None]] | None = Non
 async def test_deferred_work_runs_once_the_response_has_gone_out() -> None:
     log: list[str] = []
 
-    await call(serving(replying(log)), http_scope())
+    await asgi_request(serving(replying(log)), http_scope("/"))
 
     assert log == ["view returned", "response sent", "deferred step"]
 
@@ -100,7 +60,7 @@ async def test_deferred_work_runs_once_the_response_has_gone_out() -> None:
 async def test_without_a_server_that_defers_the_work_runs_at_once() -> None:
     log: list[str] = []
 
-    await call(replying(log), http_scope())
+    await asgi_request(replying(log), http_scope("/"))
 
     assert log == ["deferred step", "view returned", "response sent"]
 
@@ -113,7 +73,7 @@ async def test_deferred_work_still_runs_when_the_app_fails_and_one_failing_step_
     async def broken() -> None:
         raise RuntimeError("the app failed after its reply")
 
-    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def app(scope: Message, receive: Any, send: Any) -> None:
         async def failing_step() -> None:
             raise ValueError("this step failed")
 
@@ -124,7 +84,7 @@ async def test_deferred_work_still_runs_when_the_app_fails_and_one_failing_step_
         caplog.at_level(logging.ERROR, logger="core.after_response"),
         pytest.raises(RuntimeError, match="the app failed"),
     ):
-        await call(serving(app), http_scope())
+        await asgi_request(serving(app), http_scope("/"))
 
     assert log == ["view returned", "response sent", "deferred step"]
     assert "this step failed" in caplog.text
@@ -133,13 +93,19 @@ async def test_deferred_work_still_runs_when_the_app_fails_and_one_failing_step_
 # --- Through the app's own ASGI entry point, as uvicorn serves it --------------------------
 
 
-async def browser_headers(user: Any) -> list[tuple[bytes, bytes]]:
-    """A signed-in session's cookie and a CSRF token, as the page sends them."""
+async def submit_through_the_app(
+    user: Any, path: str, payload: dict[str, Any], at_ack: Callable[[], Awaitable[None]]
+) -> int:
+    """POST ``payload`` as ``user``'s page does (session cookie, CSRF token) through
+    ``promptmgr.asgi.application``; ``at_ack`` runs as the response's last body goes out.
+    Returns the status."""
+    from promptmgr.asgi import application
+
     client = AsyncClient()
     await client.aforce_login(user)
     session = client.cookies[settings.SESSION_COOKIE_NAME].value
     token = "x" * 32
-    return [
+    headers = [
         (
             b"cookie",
             f"{settings.SESSION_COOKIE_NAME}={session}; {settings.CSRF_COOKIE_NAME}={token}".encode(),
@@ -148,37 +114,42 @@ async def browser_headers(user: Any) -> list[tuple[bytes, bytes]]:
         (b"content-type", b"application/json"),
     ]
 
+    async def on_send(message: Message) -> None:
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            await at_ack()
 
-def json_post(path: str, headers: list[tuple[bytes, bytes]]) -> dict[str, Any]:
-    return http_scope(path, "POST", headers)
+    sent = await asgi_request(
+        application, http_scope(path, "POST", headers), json.dumps(payload).encode(), on_send
+    )
+    return int(sent[0]["status"])
+
+
+async def event_names(run: Run) -> list[str]:
+    return [e.event for e in await events.read_events(run.pk, 0)]
 
 
 @pytest.mark.asyncio
 async def test_a_decision_is_acknowledged_before_its_card_events_which_follow_in_the_same_request(
     transactional_db: Any, alice: Any
 ) -> None:
-    from promptmgr.asgi import application
-
     run = await owned_run(alice)
     request_id = await ask_permission(run)
     seen_at_ack: dict[str, Any] = {}
 
-    async def at_ack(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.body" and not message.get("more_body"):
-            seen_at_ack["events"] = [e.event for e in await events.read_events(run.pk, 0)]
-            seen_at_ack["status"] = (await Run.objects.aget(pk=run.pk)).status
-            seen_at_ack["pending"] = await live.permissions_pending(run.pk)
-            # Claude was woken before the acknowledgement: the result waits in its hand-off.
-            seen_at_ack["result"] = await approvals.permission_wait(
-                run_id=run.pk, request_id=request_id, wait_seconds=0.5
-            )
+    async def at_ack() -> None:
+        seen_at_ack["events"] = await event_names(run)
+        seen_at_ack["status"] = (await Run.objects.aget(pk=run.pk)).status
+        seen_at_ack["pending"] = await live.permissions_pending(run.pk)
+        # Claude was woken before the acknowledgement: the result waits in its hand-off.
+        seen_at_ack["result"] = await approvals.permission_wait(
+            run_id=run.pk, request_id=request_id, wait_seconds=0.5
+        )
 
-    body = json.dumps({"request_id": request_id, "decision": "allow"}).encode()
-    sent = await call(
-        application, json_post("/api/askuser/submit-decision", await browser_headers(alice)), body, at_ack
+    status = await submit_through_the_app(
+        alice, "/api/askuser/submit-decision", {"request_id": request_id, "decision": "allow"}, at_ack
     )
 
-    assert sent[0]["status"] == 200, sent
+    assert status == 200
     assert seen_at_ack["result"] == {"behavior": "allow", "updatedInput": BASH_CALL}
     # The card's update came with the wake; the run's resume and the pending set's clean-up
     # had not happened yet, and did within the same request.
@@ -192,25 +163,23 @@ async def test_a_decision_is_acknowledged_before_its_card_events_which_follow_in
 async def test_an_answer_is_acknowledged_before_its_card_events_which_follow_in_the_same_request(
     transactional_db: Any, alice: Any
 ) -> None:
-    from promptmgr.asgi import application
-
     run = await owned_run(alice)
     question_id = await open_question(run)
     seen_at_ack: dict[str, Any] = {}
 
-    async def at_ack(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.body" and not message.get("more_body"):
-            seen_at_ack["events"] = [e.event for e in await events.read_events(run.pk, 0)]
-            seen_at_ack["status"] = (await Run.objects.aget(pk=run.pk)).status
-            seen_at_ack["handoff"] = await live.answer_pop(question_id, wait_seconds=0.5)
+    async def at_ack() -> None:
+        seen_at_ack["events"] = await event_names(run)
+        seen_at_ack["status"] = (await Run.objects.aget(pk=run.pk)).status
+        seen_at_ack["handoff"] = await live.answer_pop(question_id, wait_seconds=0.5)
 
-    body = json.dumps({"question_id": question_id, "selectedOptions": [0]}).encode()
-    sent = await call(
-        application, json_post("/api/askuser/submit-answer", await browser_headers(alice)), body, at_ack
+    status = await submit_through_the_app(
+        alice, "/api/askuser/submit-answer", {"question_id": question_id, "selectedOptions": [0]}, at_ack
     )
 
-    assert sent[0]["status"] == 200, sent
+    assert status == 200
     assert seen_at_ack["handoff"] is not None
     assert seen_at_ack["events"][-2:] == ["ask_user_answered", "run_status"]
     assert seen_at_ack["status"] == RunStatus.WAITING_FOR_USER
     assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
+    answered = [e.data for e in await events.read_events(run.pk, 0) if e.event == "ask_user_answered"]
+    assert [a["answered_by"] for a in answered] == ["alice"]

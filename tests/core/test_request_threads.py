@@ -14,6 +14,7 @@ from django.core import signals
 from django.db import connection
 
 from promptmgr.request_threads import PooledThreadHandler
+from tests.helpers import asgi_request, http_scope
 
 pytestmark = pytest.mark.unit
 
@@ -21,35 +22,7 @@ pytestmark = pytest.mark.unit
 async def get(handler: PooledThreadHandler, path: str = "/accounts/login/", method: str = "GET") -> int:
     """One request (a GET unless told) through the handler as an ASGI server sends it, with
     no body; returns the status."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(b"host", b"testserver")],
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
-    sent: list[dict[str, Any]] = []
-    body_read = False
-    never = asyncio.Event()
-
-    async def receive() -> dict[str, Any]:
-        nonlocal body_read
-        if not body_read:
-            body_read = True
-            return {"type": "http.request", "body": b"", "more_body": False}
-        await never.wait()  # the client stays connected
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await handler(scope, receive, send)
+    sent = await asgi_request(handler, http_scope(path, method))
     return int(sent[0]["status"])
 
 
