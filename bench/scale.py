@@ -338,6 +338,7 @@ class Load:
     client_cpu_s: float
     failed: int
     runq_s: float = float("nan")  # the workers' time ready to run but waiting for a CPU
+    window_ns: tuple[int, int] = (0, 0)  # CLOCK_MONOTONIC bounds of the measured window
 
     @property
     def cpu_per_delta_ms(self) -> float:
@@ -495,6 +496,7 @@ async def load(
         client_cpu_s=client_cpu,
         failed=sum(1 for s in streams if s.status != "completed"),
         runq_s=runq_s,
+        window_ns=(first_ns, last_ns),
     )
 
 
@@ -699,27 +701,41 @@ def report(idle: Idle, single: Single, loads: list[Load], floor_ms: float, args:
     )
 
 
-def print_gc_log(directory: Path, workers: int) -> None:
-    """``--gc-log``: each app process's garbage collections, by generation."""
+def print_gc_log(directory: Path, workers: int, window_ns: tuple[int, int]) -> None:
+    """``--gc-log``: each app process's garbage collections, by generation, in all and in
+    the measured window (each collection's start is stamped on CLOCK_MONOTONIC)."""
     rows = []
+    start, end = window_ns
     for path in sorted(directory.glob("gc-*.txt")):
-        by_generation: dict[int, list[float]] = {}
+        by_generation: dict[int, list[tuple[float, bool]]] = {}
         for line in path.read_text().splitlines():
-            gen, ms, _collected = line.split()
-            by_generation.setdefault(int(gen), []).append(float(ms))
+            gen, ms, _collected, at = line.split()
+            by_generation.setdefault(int(gen), []).append((float(ms), start <= int(at) <= end))
         for generation, times in sorted(by_generation.items()):
+            inside = [ms for ms, in_window in times if in_window]
             rows.append(
                 [
                     f"pid {path.stem[3:]} gen {generation}",
                     str(len(times)),
-                    fmt(sum(times), 0),
-                    fmt(max(times), 1),
+                    fmt(sum(ms for ms, _ in times), 0),
+                    fmt(max(ms for ms, _ in times), 1),
+                    str(len(inside)),
+                    fmt(sum(inside), 0),
+                    fmt(max(inside), 1) if inside else "-",
                 ]
             )
         path.unlink()
     print(
         table(
-            ["process, generation", "collections", "total ms", "longest ms"],
+            [
+                "process, generation",
+                "collections",
+                "total ms",
+                "longest ms",
+                "in window",
+                "window ms",
+                "window longest",
+            ],
             rows,
             title=f"Garbage collections, {workers} worker(s) (wall clock)",
         )
@@ -794,7 +810,7 @@ def main() -> None:
             finally:
                 stack.stop_app()
             if args.gc_log:
-                print_gc_log(stack.tmp, workers)
+                print_gc_log(stack.tmp, workers, result.window_ns)
             idle = idle or first_idle
             single = single or first_single
             loads.append(result)
