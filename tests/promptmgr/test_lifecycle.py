@@ -6,6 +6,7 @@ import gc
 
 import pytest
 
+from promptmgr.lifecycle import GC_YOUNG_THRESHOLD
 from tests.conftest import LiveServer
 
 pytestmark = pytest.mark.e2e
@@ -22,3 +23,16 @@ def test_what_start_up_loaded_is_kept_out_of_full_collections_while_the_app_serv
 
     # A process that serves the app more than once keeps nothing frozen in between.
     assert gc.get_freeze_count() == 0
+
+
+def test_the_young_generation_is_collected_less_often_while_the_app_serves(
+    app_server: LiveServer,
+) -> None:
+    default = (700, 10, 10)  # Python's, which the test process has not changed
+    # Short-lived objects of the streams are no longer moved on to the older generations,
+    # whose collections stalled every stream of the worker.
+    assert gc.get_threshold() == (GC_YOUNG_THRESHOLD, *default[1:])
+
+    app_server.stop()
+
+    assert gc.get_threshold() == default
