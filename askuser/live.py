@@ -336,20 +336,38 @@ async def answer_taken(question_id: str) -> bool:
     return bool(await get_async_redis().exists(answer_taken_key(question_id)))
 
 
-# Replaces the answer waiting in the hand-off unless a waiting side already took one.
-_REPLACE_UNLESS_TAKEN_LUA = """
+# Replaces the answer waiting in the hand-off unless a waiting side already took one; with
+# a run's event keys (KEYS[3], KEYS[4]) and events (ARGV from 3), appends those first, in
+# the same step, so a page sees them before anything Claude does with the new answer.
+_REPLACE_UNLESS_TAKEN_LUA = (
+    events.APPEND_LUA_FUNCTION
+    + """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if #KEYS == 4 then append_events(KEYS[3], KEYS[4], ARGV, 3) end
 redis.call('DEL', KEYS[1])
 redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
 return 1
 """
+)
 
 
-async def answer_replace_unless_taken(question_id: str, answer: dict[str, Any], *, ttl: int) -> bool:
+async def answer_replace_unless_taken(
+    question_id: str,
+    answer: dict[str, Any],
+    *,
+    ttl: int,
+    run_events: tuple[int, list[tuple[str, dict[str, Any]]]] | None = None,
+) -> bool:
     """Swap the answer Claude has not taken yet for another (a member overrides the policy's);
-    False once it was taken."""
+    False once it was taken, and then ``run_events`` (run id, events) are not appended
+    either; otherwise they land before the new answer, as with ``answer_push``."""
     client = get_async_redis()
     script = client.register_script(_REPLACE_UNLESS_TAKEN_LUA)
     keys = [answer_key(question_id), answer_taken_key(question_id)]
-    return bool(await script(keys=keys, args=[encode_json(answer), ttl]))
+    args: list[Any] = [encode_json(answer), ttl]
+    if run_events is not None and run_events[1]:
+        run_id, appended = run_events
+        keys += [events.events_key(run_id), events.seq_key(run_id)]
+        args += events.append_args(appended)
+    return bool(await script(keys=keys, args=args))

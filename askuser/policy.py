@@ -25,7 +25,7 @@ import logging
 import re
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -419,17 +419,18 @@ async def question_answer_apply(*, policy_id: int) -> bool:
 # --- Overriding a policy answer ------------------------------------------------------------
 
 
-def _prepare_override(question_id: str, user: Any, body: AnswerIn) -> FormAnswer:
+def _prepare_override(question_id: str, user: Any, body: AnswerIn) -> tuple[FormAnswer, int]:
+    """The override's answer and the question's run."""
     question = services._load_for_user(question_id, user)
     if not (question.status == QuestionStatus.ANSWERED and question.answered_by_policy):
         raise Conflict(services.MSG_ALREADY_ANSWERED, code="already_answered")
     try:
-        return normalize_answers(question.questions, body)
+        return normalize_answers(question.questions, body), question.run_id
     except AnswerError as exc:
         raise Invalid(str(exc), code="invalid_answer") from None
 
 
-def _record_override(question_id: str, user: Any, form: FormAnswer) -> Question:
+def _record_override(question_id: str, user: Any, form: FormAnswer, answered_at: datetime) -> None:
     with transaction.atomic():
         question = Question.objects.select_for_update().get(question_id=question_id)
         Question.objects.filter(pk=question.pk).update(
@@ -438,32 +439,40 @@ def _record_override(question_id: str, user: Any, form: FormAnswer) -> Question:
             notes=form.notes,
             answered_by=user,
             answered_by_policy=False,
-            answered_at=timezone.now(),
+            answered_at=answered_at,
         )
         PolicyAnswer.objects.filter(question=question, outcome=PolicyOutcome.APPLIED).update(
             outcome=PolicyOutcome.OVERRIDDEN, overridden_by=user
         )
-        question.refresh_from_db()
-    return question
 
 
 async def answer_override(*, question_id: str, user: Any, body: AnswerIn) -> dict[str, Any]:
     """A member replaces the policy's answer; 409 once Claude has taken it (or for an
-    answer a person gave)."""
-    form = await sync_to_async(_prepare_override)(question_id, user, body)
-    ttl = int(settings.ASK_USER_DEFAULT_TIMEOUT) + live.QUESTION_TTL_GRACE
-    if not await live.answer_replace_unless_taken(question_id, form.handoff().model_dump(), ttl=ttl):
-        raise Conflict(MSG_POLICY_TAKEN, code="already_taken")
-    question = await sync_to_async(_record_override)(question_id, user, form)
+    answer a person gave).
+
+    The card's update lands with the swap, ahead of it, so every page hears of the new
+    answer before anything Claude does with it; the database follows.
+    """
+    form, run_id = await sync_to_async(_prepare_override)(question_id, user, body)
+    answered_at = timezone.now()
     event = {
         "question_id": question_id,
         "answers": form.display,
         "notes": form.notes,
         "answered_by": getattr(user, "username", ""),
         "overrides_policy": True,
-        "answered_at": (question.answered_at or timezone.now()).isoformat(),
+        "answered_at": answered_at.isoformat(),
     }
-    await events.append_event(question.run_id, "ask_user_answered", event)
+    ttl = int(settings.ASK_USER_DEFAULT_TIMEOUT) + live.QUESTION_TTL_GRACE
+    replaced = await live.answer_replace_unless_taken(
+        question_id,
+        form.handoff().model_dump(),
+        ttl=ttl,
+        run_events=(run_id, [("ask_user_answered", event)]),
+    )
+    if not replaced:
+        raise Conflict(MSG_POLICY_TAKEN, code="already_taken")
+    await sync_to_async(_record_override)(question_id, user, form, answered_at)
     return event
 
 

@@ -55,17 +55,22 @@ def seq_key(run_id: int) -> str:
 
 
 # Appends events with the next integer ids of the run, atomically, so ids are 1, 2, 3…
-# whichever worker writes (the runner, relay-question, submit-answer). ARGV holds
-# event/data pairs; one call appends a whole batch in one round trip.
-_APPEND_LUA = """
-local count = #ARGV / 2
-local last = redis.call('INCRBY', KEYS[2], count)
-local first = last - count + 1
-for i = 0, count - 1 do
-  redis.call('XADD', KEYS[1], '0-' .. (first + i), 'event', ARGV[2 * i + 1], 'data', ARGV[2 * i + 2])
+# whichever worker writes (the runner, relay-question, submit-answer). ``args`` holds
+# event/data pairs from ``from``; one call appends a whole batch in one round trip. A Lua
+# function, so that a script of another app can append in the same step as its own work
+# (``askuser.live``'s replace-unless-taken).
+APPEND_LUA_FUNCTION = """
+local function append_events(events_key, seq_key, args, from)
+  local count = (#args - from + 1) / 2
+  local last = redis.call('INCRBY', seq_key, count)
+  local first = last - count + 1
+  for i = 0, count - 1 do
+    redis.call('XADD', events_key, '0-' .. (first + i), 'event', args[from + 2 * i], 'data', args[from + 2 * i + 1])
+  end
+  return first
 end
-return first
 """
+_APPEND_LUA = APPEND_LUA_FUNCTION + "return append_events(KEYS[1], KEYS[2], ARGV, 1)\n"
 
 
 @dataclass(frozen=True)
@@ -166,18 +171,18 @@ async def append_events(run_id: int, events: list[tuple[str, dict[str, Any]]]) -
     """Append a batch to the run's event stream in one round trip; returns their ids."""
     if not events:
         return []
-    first = await _appender().append([events_key(run_id), seq_key(run_id)], _append_args(events))
+    first = await _appender().append([events_key(run_id), seq_key(run_id)], append_args(events))
     return list(range(first, first + len(events)))
 
 
 def queue_append(pipe: Any, run_id: int, events: list[tuple[str, dict[str, Any]]]) -> None:
     """Queue a batch's append in ``pipe`` (a redis-py asyncio pipeline), to land in one
     transaction with what else it holds (``askuser.live.answer_push``)."""
-    pipe.eval(_APPEND_LUA, 2, events_key(run_id), seq_key(run_id), *_append_args(events))
+    pipe.eval(_APPEND_LUA, 2, events_key(run_id), seq_key(run_id), *append_args(events))
 
 
-def _append_args(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
-    """``_APPEND_LUA``'s ARGV: event/data pairs."""
+def append_args(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """The event/data pairs ``APPEND_LUA_FUNCTION`` takes."""
     return [part for event, data in events for part in (event, encode_json(data))]
 
 

@@ -84,6 +84,50 @@ async def test_a_member_overrides_the_policys_answer_until_claude_takes_it(
 
 
 @pytest.mark.asyncio
+async def test_an_override_is_on_every_page_before_claude_can_take_it_and_the_database_follows(
+    transactional_db: Any, alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run, question_id, answer = await ask(alice, bob)
+    assert await policy.question_answer_apply(policy_id=answer.pk)
+    at_the_database_write: dict[str, Any] = {}
+    record = policy._record_override
+
+    def look_then_record(*args: Any) -> None:
+        # By now Claude's waiting side can take bob's answer: the page must know of it.
+        answered = [e.data for e in events.read_all_events_sync(run.pk) if e.event == "ask_user_answered"]
+        at_the_database_write["answered"] = answered
+        record(*args)
+
+    monkeypatch.setattr(policy, "_record_override", look_then_record)
+    replaced = await services.answer_submit(
+        question_id=question_id, user=bob, body=AnswerIn(answer="", selectedOptions=[0])
+    )
+
+    *_policys, overriding = at_the_database_write["answered"]
+    assert overriding == replaced
+    assert (overriding["answered_by"], overriding["answers"]) == ("bob", {"Which database?": "SQLite"})
+    question = await Question.objects.aget(question_id=question_id)
+    assert question.answered_at.isoformat() == overriding["answered_at"]
+
+
+@pytest.mark.asyncio
+async def test_a_refused_override_leaves_nothing_on_the_page(
+    transactional_db: Any, alice: Any, bob: Any
+) -> None:
+    run, question_id, answer = await ask(alice, bob)
+    assert await policy.question_answer_apply(policy_id=answer.pk)
+    await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=1)
+    before = await events.read_events(run.pk, 0)
+
+    with pytest.raises(Conflict):
+        await services.answer_submit(
+            question_id=question_id, user=bob, body=AnswerIn.model_validate({"answer": "SQLite"})
+        )
+
+    assert await events.read_events(run.pk, 0) == before
+
+
+@pytest.mark.asyncio
 async def test_once_claude_took_the_policys_answer_an_override_is_refused_with_409(
     transactional_db: Any, alice: Any, bob: Any
 ) -> None:
