@@ -107,6 +107,7 @@ async def test_an_override_is_on_every_page_before_claude_can_take_it_and_the_da
     assert overriding == replaced
     assert (overriding["answered_by"], overriding["answers"]) == ("bob", {"Which database?": "SQLite"})
     question = await Question.objects.aget(question_id=question_id)
+    assert question.answered_at is not None
     assert question.answered_at.isoformat() == overriding["answered_at"]
 
 
