@@ -435,10 +435,7 @@ async def permission_decide(
         request_id,
         {"result": result_for(request)},
         ttl=remaining + live.QUESTION_TTL_GRACE,
-        run_events=(
-            request.run_id,
-            [("permission_decided", event), ("run_status", {"status": RunStatus.RUNNING})],
-        ),
+        run_events=services.card_and_resume(request.run_id, "permission_decided", event),
     )
 
     async def bookkeeping() -> None:

@@ -183,7 +183,7 @@ async def answer_push(
     answer: dict[str, Any],
     *,
     ttl: int,
-    run_events: tuple[int, list[tuple[str, dict[str, Any]]]] | None = None,
+    run_events: events.RunEvents | None = None,
 ) -> None:
     """Hand ``answer`` to the poll waiting for it; ``run_events`` (run id, events) are
     appended to that run's stream in the same transaction, before the hand-off, so a page
@@ -198,9 +198,7 @@ async def answer_push(
     await pipe.execute()
 
 
-async def answer_wake(
-    question_id: str, *, ttl: int, run_events: tuple[int, list[tuple[str, dict[str, Any]]]] | None = None
-) -> None:
+async def answer_wake(question_id: str, *, ttl: int, run_events: events.RunEvents | None = None) -> None:
     """Wake a poll waiting for a question that closed without an answer (or whose answer
     is in the database); ``run_events`` as ``answer_push``.
 
@@ -357,7 +355,7 @@ async def answer_replace_unless_taken(
     answer: dict[str, Any],
     *,
     ttl: int,
-    run_events: tuple[int, list[tuple[str, dict[str, Any]]]] | None = None,
+    run_events: events.RunEvents | None = None,
 ) -> bool:
     """Swap the answer Claude has not taken yet for another (a member overrides the policy's);
     False once it was taken, and then ``run_events`` (run id, events) are not appended

@@ -37,7 +37,7 @@ from django.utils import timezone
 from core import events
 from core.errors import Conflict, Invalid
 from core.questions import AnswerIn, FormAnswer
-from promptmgr.models import AnswerPolicy, Run, RunEvent, RunStatus
+from promptmgr.models import AnswerPolicy, Run, RunEvent
 
 from . import live, services
 from .answers import AnswerError, normalize_answers
@@ -407,10 +407,7 @@ async def question_answer_apply(*, policy_id: int) -> bool:
         question_id,
         form.handoff().model_dump(),
         ttl=remaining + live.QUESTION_TTL_GRACE,
-        run_events=(
-            policy.run_id,
-            [("ask_user_answered", event), ("run_status", {"status": RunStatus.RUNNING})],
-        ),
+        run_events=services.card_and_resume(policy.run_id, "ask_user_answered", event),
     )
     await live.question_cache_clear(policy.run_id, question_id)
     return True
@@ -606,10 +603,7 @@ async def permission_decision_apply(*, policy_id: int) -> bool:
     await live.answer_wake(
         request_id,
         ttl=remaining + live.QUESTION_TTL_GRACE,
-        run_events=(
-            policy.run_id,
-            [("permission_decided", event), ("run_status", {"status": RunStatus.RUNNING})],
-        ),
+        run_events=services.card_and_resume(policy.run_id, "permission_decided", event),
     )
     await live.permission_pending_remove(policy.run_id, request_id)
     return True

@@ -54,6 +54,12 @@ PENDING_CARDS = (
 )
 
 
+def card_and_resume(run_id: int, event: str, data: dict[str, Any]) -> events.RunEvents:
+    """What goes into an answer's or a decision's hand-off: the card's update, then the run
+    running again, so every page hears of both before anything Claude does with it."""
+    return (run_id, [(event, data), ("run_status", {"status": RunStatus.RUNNING})])
+
+
 @dataclass(frozen=True)
 class PollResult:
     status: str  # answered | waiting | expired | cancelled | consumed | superseded
@@ -307,10 +313,7 @@ async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[
         question_id,
         form.handoff().model_dump(),
         ttl=remaining + live.QUESTION_TTL_GRACE,
-        run_events=(
-            question.run_id,
-            [("ask_user_answered", event), ("run_status", {"status": RunStatus.RUNNING})],
-        ),
+        run_events=card_and_resume(question.run_id, "ask_user_answered", event),
     )
 
     async def bookkeeping() -> None:

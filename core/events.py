@@ -175,6 +175,11 @@ async def append_events(run_id: int, events: list[tuple[str, dict[str, Any]]]) -
     return list(range(first, first + len(events)))
 
 
+# A run's id and events to append in the same step as another write (the hand-offs of
+# ``askuser.live``), so a page sees them before anything that write sets going.
+RunEvents = tuple[int, list[tuple[str, dict[str, Any]]]]
+
+
 def queue_append(pipe: Any, run_id: int, events: list[tuple[str, dict[str, Any]]]) -> None:
     """Queue a batch's append in ``pipe`` (a redis-py asyncio pipeline), to land in one
     transaction with what else it holds (``askuser.live.answer_push``)."""
