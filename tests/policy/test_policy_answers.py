@@ -55,12 +55,18 @@ async def ask(alice: Any, bob: Any) -> tuple[Any, str, PolicyAnswer]:
     return run, card["question_id"], answer
 
 
+async def answered_by_the_policy(alice: Any, bob: Any) -> tuple[Any, str, PolicyAnswer]:
+    """``ask``, and the policy's answer applied: handed over, not yet taken by Claude."""
+    run, question_id, answer = await ask(alice, bob)
+    assert await policy.question_answer_apply(policy_id=answer.pk)
+    return run, question_id, answer
+
+
 @pytest.mark.asyncio
 async def test_a_member_overrides_the_policys_answer_until_claude_takes_it(
     transactional_db: Any, alice: Any, bob: Any
 ) -> None:
-    run, question_id, answer = await ask(alice, bob)
-    assert await policy.question_answer_apply(policy_id=answer.pk)
+    run, question_id, answer = await answered_by_the_policy(alice, bob)
 
     replaced = await services.answer_submit(
         question_id=question_id, user=bob, body=AnswerIn(answer="", selectedOptions=[0])
@@ -87,8 +93,7 @@ async def test_a_member_overrides_the_policys_answer_until_claude_takes_it(
 async def test_an_override_is_on_every_page_before_claude_can_take_it_and_the_database_follows(
     transactional_db: Any, alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run, question_id, answer = await ask(alice, bob)
-    assert await policy.question_answer_apply(policy_id=answer.pk)
+    run, question_id, _answer = await answered_by_the_policy(alice, bob)
     at_the_database_write: dict[str, Any] = {}
     record = policy._record_override
 
@@ -115,8 +120,7 @@ async def test_an_override_is_on_every_page_before_claude_can_take_it_and_the_da
 async def test_a_refused_override_leaves_nothing_on_the_page(
     transactional_db: Any, alice: Any, bob: Any
 ) -> None:
-    run, question_id, answer = await ask(alice, bob)
-    assert await policy.question_answer_apply(policy_id=answer.pk)
+    run, question_id, _answer = await answered_by_the_policy(alice, bob)
     await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=1)
     before = await events.read_events(run.pk, 0)
 
@@ -132,8 +136,7 @@ async def test_a_refused_override_leaves_nothing_on_the_page(
 async def test_once_claude_took_the_policys_answer_an_override_is_refused_with_409(
     transactional_db: Any, alice: Any, bob: Any
 ) -> None:
-    run, question_id, answer = await ask(alice, bob)
-    assert await policy.question_answer_apply(policy_id=answer.pk)
+    run, question_id, _answer = await answered_by_the_policy(alice, bob)
     taken = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=1)
     assert taken.answer is not None and taken.answer.answers == {"Which database?": "Postgres"}
 
