@@ -39,7 +39,11 @@ logger = logging.getLogger(__name__)
 # redis-py's own default of 5 s would cut those off.
 SOCKET_TIMEOUT = 65
 # Idle connections each event loop's pool keeps open; the rest are closed on release.
-MAX_IDLE_CONNECTIONS = 4
+# A worker under load (bench/scale.py: 60 live runs, 500 watchers) has a few dozen short
+# commands in flight at once (owner leases, cancel checks, inboxes, streams' checks): at
+# 4 it opened and closed up to 140 connections a second, each a connect, a handshake and
+# redis-py's costly Connection set-up (4% of the worker's samples); at 32, none.
+MAX_IDLE_CONNECTIONS = 32
 
 MSG_NO_INSTANCE = (
     "The instance id is not loaded: call core.redis.load_instance_uid() at start-up "
