@@ -21,6 +21,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -45,6 +46,12 @@ EXIT_GRACE = 2.0  # seconds a child whose output ended gets to exit by itself
 DEFAULT_MAX_LINE = 16 * 1024 * 1024
 STAT_BYTES = 4096  # /proc/PID/stat is one short line (its command name is at most 64 bytes)
 STDERR_TAIL_BYTES = 16 * 1024
+# The quiet runs of one worker note their commands' groups from one scan of /proc at most
+# this often (seconds). With 60 live runs and their sandboxes /proc holds some 400
+# processes, several ms a scan on the event loop, and each quiet run timed out every
+# RUN_READ_TIMEOUT (bench/scale.py: 4% of a loaded worker's samples). Signalling a tree
+# always scans afresh.
+QUIET_SCAN_MAX_AGE = 1.0
 GUARDIAN = Path(__file__).with_name("guardian.py")
 
 
@@ -71,7 +78,8 @@ class ProcInfo:
 def live_processes() -> list[ProcInfo]:
     """Every live (non-zombie) process with its parent and process group, from /proc.
 
-    It runs on the event loop, at every ending of a run and at every idle read timeout,
+    It runs on the event loop, at every ending of a run and at idle read timeouts (one scan
+    shared by a worker's quiet runs, ``QUIET_SCAN_MAX_AGE``),
     so it reads with bare ``os`` calls: with ``pathlib`` the same scan took 3.9 ms for 80
     processes here, blocking every stream of the worker; now 1.1 ms.
     """
@@ -116,9 +124,24 @@ def group_members(pgid: int) -> list[int]:
     return [p.pid for p in live_processes() if p.pgid == pgid]
 
 
-def process_tree(root: int) -> dict[int, int]:
-    """``root`` and its live descendants, each with its process group."""
-    processes = live_processes()
+_quiet_scan: tuple[float, list[ProcInfo]] | None = None
+
+
+def recent_processes(max_age: float) -> list[ProcInfo]:
+    """``live_processes()`` from a scan at most ``max_age`` seconds old, shared by the
+    callers of this process (the quiet moments of its runs)."""
+    global _quiet_scan
+    now = time.monotonic()
+    if _quiet_scan is None or now - _quiet_scan[0] > max_age:
+        _quiet_scan = (now, live_processes())
+    return _quiet_scan[1]
+
+
+def process_tree(root: int, processes: list[ProcInfo] | None = None) -> dict[int, int]:
+    """``root`` and its live descendants, each with its process group (from ``processes``,
+    by default a fresh scan)."""
+    if processes is None:
+        processes = live_processes()
     group_of = {p.pid: p.pgid for p in processes}
     tree = {root: group_of[root]} if root in group_of else {}
     frontier = [root]
@@ -161,6 +184,11 @@ class ProcessTree:
 
     def collect(self) -> None:
         self.groups |= set(process_tree(self.root).values())
+
+    def collect_recent(self) -> None:
+        """``collect`` from the worker's shared recent scan (``QUIET_SCAN_MAX_AGE``): a
+        group missed by it is noted at the next quiet moment, and ``send`` scans afresh."""
+        self.groups |= set(process_tree(self.root, recent_processes(QUIET_SCAN_MAX_AGE)).values())
 
     def send(self, sig: signal.Signals) -> None:
         self.collect()
@@ -571,7 +599,7 @@ class ManagedProcess:
                 return await self.lines.get()
         except TimeoutError:
             # A quiet moment: note the groups of Bash commands started meanwhile.
-            self.tree.collect()
+            self.tree.collect_recent()
             return TIMEOUT
 
     def terminate(self) -> None:

@@ -164,6 +164,75 @@ async def test_a_group_left_with_only_a_zombie_is_not_alive() -> None:
     assert not processes.group_exists(zombie.pid)
 
 
+async def test_the_quiet_moments_of_a_workers_runs_share_one_proc_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scans: list[float] = []
+
+    def counted() -> list[processes.ProcInfo]:
+        scans.append(time.monotonic())
+        return live_processes()
+
+    monkeypatch.setattr(processes, "live_processes", counted)
+    monkeypatch.setattr(processes, "_quiet_scan", None)
+    first = await spawn("import time; time.sleep(60)", tmp_path)
+    second = await spawn("import time; time.sleep(60)", tmp_path)
+    try:
+        # Both runs are quiet: each read times out and notes its tree's groups.
+        assert await first.next_line(0.05) is TIMEOUT
+        assert await second.next_line(0.05) is TIMEOUT
+        assert len(scans) == 1
+        # Each run's own group is among what it noted, from the shared scan.
+        assert first.tree.groups == {first.pgid} and second.tree.groups == {second.pgid}
+        monkeypatch.setattr(processes, "QUIET_SCAN_MAX_AGE", 0.0)
+        assert await first.next_line(0.05) is TIMEOUT
+        assert len(scans) == 2  # older than the limit: scanned again
+    finally:
+        await first.stop(grace=0.5)
+        await second.stop(grace=0.5)
+
+
+async def test_signalling_a_tree_finds_a_group_started_after_the_shared_scan(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A command in a session of its own, as the CLI starts each Bash command, started
+    # after the quiet moment's scan: stopping the run must still stop it.
+    code = (
+        "import subprocess, sys, time\n"
+        "input()\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+        "print('started', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    monkeypatch.setattr(processes, "QUIET_SCAN_MAX_AGE", 60.0)
+    monkeypatch.setattr(processes, "_quiet_scan", None)
+    proc = await ManagedProcess.spawn(
+        [sys.executable, "-c", code], cwd=tmp_path, env=dict(os.environ), stdin_data=None
+    )
+    try:
+        assert await proc.next_line(0.2) is TIMEOUT  # the shared scan, before the command
+        assert proc.input is not None
+        await proc.input.write(b"go\n")
+        assert await proc.next_line(10) == Line(b"started")
+        assert await proc.next_line(0.05) is TIMEOUT  # noted from the same, older scan
+        [command_group] = {
+            p.pgid for p in live_processes() if p.pgid != proc.pgid and _descends_from(p.pid, proc.pid)
+        }
+        assert command_group not in proc.tree.groups
+    finally:
+        await proc.stop(grace=0.5)
+    assert group_members(command_group) == []
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    parents = {p.pid: p.ppid for p in live_processes()}
+    while pid in parents and pid > 1:
+        if pid == ancestor:
+            return True
+        pid = parents[pid]
+    return False
+
+
 async def test_a_group_with_a_live_member_is_alive(tmp_path: Path) -> None:
     proc = await spawn("import time; print('up', flush=True); time.sleep(60)", tmp_path)
     try:
