@@ -6,8 +6,9 @@ in the database once the run has ended and its stream expired).
 
 An open stream costs no thread and no connection of its own: the clients of a run share
 one Redis reader per worker (``core.events.RunTail``, which stops once nobody waits on
-it), and the database is asked only when a stream starts, at each heartbeat and when
-Redis no longer has the events. When
+it), and the database is asked only when a stream starts, at each heartbeat (one
+question per run for all its streams, ``SHARED_CHECK_MAX_AGE``) and when Redis no longer
+has the events. When
 Redis is unreachable the stream keeps waiting, with heartbeats, and carries on from where
 it was when Redis is back; past ``REDIS_OUTAGE_SECONDS`` it ends cleanly, with a retry
 hint and a ``reconnect`` event, never with a broken body.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Awaitable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Protocol, TypeVar
 
 import redis
@@ -42,6 +43,51 @@ CLOSING_GRACE = 5.0
 _REDIS_CALLS = 8
 _redis_slots: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
 T = TypeVar("T")
+
+
+# How long (seconds) one answer to "does the run's stream exist" and "is the run active"
+# serves every stream of this worker that asks about the same run. Each stream asks at
+# every heartbeat, and the watchers of a run beat together: 500 watchers on 10 runs made
+# 500 checks of each kind per heartbeat (bench/scale.py: 6% of a loaded worker's samples,
+# the database check in a thread each), now 10. A run's end reaches its streams through
+# its "done" event; this only delays a stream's noticing a run whose worker vanished.
+SHARED_CHECK_MAX_AGE = 1.0
+
+
+class _SharedChecks:
+    """One call at a time per question, and its answer for ``SHARED_CHECK_MAX_AGE``, for
+    all the streams of an event loop. A failed call is not kept, and neither is a "no"
+    that may soon turn "yes" (``keep_no=False``: a new run's stream about to appear)."""
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.answers: dict[tuple[str, int], tuple[float, asyncio.Future[bool]]] = {}
+
+    async def ask(
+        self, question: tuple[str, int], call: Callable[[], Awaitable[bool]], *, keep_no: bool = True
+    ) -> bool:
+        loop = asyncio.get_running_loop()
+        if self.loop is not loop:  # a new loop (a test's, a restarted worker's): start afresh
+            self.loop, self.answers = loop, {}
+        now = loop.time()
+        kept = self.answers.get(question)
+        if kept is None or now - kept[0] > SHARED_CHECK_MAX_AGE:
+            if len(self.answers) > 256:
+                self.answers = {q: a for q, a in self.answers.items() if now - a[0] <= SHARED_CHECK_MAX_AGE}
+            kept = self.answers[question] = (now, asyncio.ensure_future(call()))
+            kept[1].add_done_callback(lambda done: self._settled(question, done, keep_no))
+        # A stream that goes away must not cancel the call the others wait on.
+        return await asyncio.shield(kept[1])
+
+    def _settled(self, question: tuple[str, int], done: asyncio.Future[bool], keep_no: bool) -> None:
+        failed = done.cancelled() or done.exception() is not None
+        if (failed or (not keep_no and not done.result())) and self.answers.get(question, (0.0, None))[
+            1
+        ] is done:
+            del self.answers[question]
+
+
+_shared_checks = _SharedChecks()
 
 
 class SourceUnavailable(Exception):
@@ -83,13 +129,13 @@ class RunEventSource:
     async def next_batch(self, after: int, wait_seconds: float) -> list[Event]:
         try:
             if not self._in_redis:
-                self._in_redis = await _limited(live_events.stream_exists(self.run_id))
+                self._in_redis = await self._stream_exists()
             if self._in_redis:
                 events = await self._from_redis(after, wait_seconds)
                 if not events and self._tail is not None and self._tail.failing:
                     raise SourceUnavailable  # the shared reader cannot read either
                 # An empty wait may mean the stream expired meanwhile: look again.
-                self._in_redis = bool(events) or await _limited(live_events.stream_exists(self.run_id))
+                self._in_redis = bool(events) or await self._stream_exists()
                 if events or self._in_redis:
                     return events
         except redis.RedisError as exc:
@@ -111,8 +157,15 @@ class RunEventSource:
             return await _limited(live_events.read_events(self.run_id, after))
         return await tail.wait(after, wait_seconds)
 
+    async def _stream_exists(self) -> bool:
+        return await _shared_checks.ask(
+            ("stream", self.run_id), lambda: _limited(live_events.stream_exists(self.run_id)), keep_no=False
+        )
+
     async def finished(self) -> bool:
-        return not await sync_to_async(run_is_active)(self.run_id)
+        return not await _shared_checks.ask(
+            ("active", self.run_id), lambda: sync_to_async(run_is_active)(self.run_id)
+        )
 
     def close(self) -> None:
         # The tail stops by itself once no client waits on it.
