@@ -94,10 +94,16 @@ def _cmdline(pid: int) -> bytes:
         return b""
 
 
+SANDBOX = "run sandbox"
+
+
 def _kind(pid: int, parent_kind: str) -> str:
     text = _cmdline(pid)
     if not text:
         return "gone"
+    program = Path(text.split(b" ", 1)[0].decode(errors="replace")).name
+    if parent_kind == SANDBOX or program == "bwrap" or b"promptmgr.egress" in text:
+        return SANDBOX
     if b"fake_cli.py" in text:
         return "cli"
     if b"guardian.py" in text:
@@ -114,9 +120,11 @@ def _kind(pid: int, parent_kind: str) -> str:
     return Path(text.split(b" ", 1)[0].decode(errors="replace")).name or "?"
 
 
-def app_processes(root: int) -> dict[int, str]:
+def app_processes(root: int, *, sandboxes: bool = False) -> dict[int, str]:
     """The app's own processes under ``root`` (uvicorn's), by kind: not the CLIs, their
-    guardians or anything they start."""
+    guardians or anything they start, nor the runs' sandboxes (bubblewrap, what it holds,
+    and the egress proxy beside it: ``promptmgr.run_sandbox``); those alone with
+    ``sandboxes``."""
     children = _children_of()
     found: dict[int, str] = {}
     frontier = [(root, "")]
@@ -125,7 +133,8 @@ def app_processes(root: int) -> dict[int, str]:
         kind = _kind(pid, parent_kind)
         if kind in ("cli", "guardian", "gone"):
             continue  # a run's process tree, not the app
-        found[pid] = kind
+        if (kind == SANDBOX) == sandboxes:
+            found[pid] = kind
         frontier += [(child, kind) for child in children.get(pid, [])]
     return found
 
@@ -338,6 +347,7 @@ class Load:
     client_cpu_s: float
     failed: int
     runq_s: float = float("nan")  # the workers' time ready to run but waiting for a CPU
+    sandboxes_rss_mib: float = 0.0  # the runs' sandboxes (not the app's), at their largest
     window_ns: tuple[int, int] = (0, 0)  # CLOCK_MONOTONIC bounds of the measured window
 
     @property
@@ -457,11 +467,12 @@ async def load(
     first, counts, client_cpu = CpuMark.now(root), [len(s.latencies) for s in streams], own_cpu_s()
     first_ns = harness.now_ns()
     runs_per_worker = guardians_per_worker(root)
-    rss_peak = 0.0
+    rss_peak = sandboxes_peak = 0.0
     window_end = time.monotonic() + args.window
     while time.monotonic() < window_end and not any(s.done for s in streams):
         await asyncio.sleep(0.25)
         rss_peak = max(rss_peak, sum(rss_mib(pid) for pid in app_processes(root)))
+        sandboxes_peak = max(sandboxes_peak, sum(rss_mib(p) for p in app_processes(root, sandboxes=True)))
     last, client_cpu = CpuMark.now(root), own_cpu_s() - client_cpu
     runq_s = (sum(sched_ns(pid)[1] for pid in worker_pids) - runq_before) / 1e9
     last_ns = harness.now_ns()
@@ -491,6 +502,7 @@ async def load(
         window_s=last.at - first.at,
         cpu_s=first.seconds_until(last),
         rss_mib=rss_peak,
+        sandboxes_rss_mib=sandboxes_peak,
         asked_rate=args.rate * args.runs,
         runs_per_worker=runs_per_worker,
         client_cpu_s=client_cpu,
@@ -625,6 +637,7 @@ def report(idle: Idle, single: Single, loads: list[Load], floor_ms: float, args:
                 "server CPU %",
                 "waited for a CPU %",
                 "RSS MiB",
+                "runs' sandboxes MiB",
                 "runs per worker",
                 "client CPU %",
                 "failed runs",
@@ -639,6 +652,7 @@ def report(idle: Idle, single: Single, loads: list[Load], floor_ms: float, args:
                     fmt(100 * r.cpu_s / r.window_s, 0),
                     fmt(100 * r.runq_s / r.window_s, 0),
                     fmt(r.rss_mib, 1),
+                    fmt(r.sandboxes_rss_mib, 1),
                     "/".join(str(n) for n in r.runs_per_worker),
                     fmt(100 * r.client_cpu_s / r.window_s, 0),
                     str(r.failed),
@@ -652,7 +666,10 @@ def report(idle: Idle, single: Single, loads: list[Load], floor_ms: float, args:
         "  server CPU %: of one CPU (200% is the whole machine). client: this process, all 550 streams.\n"
         "  waited for a CPU %: the workers' threads ready to run while every CPU was busy\n"
         "        (/proc/PID/task/*/schedstat): the machine's share of the latency, not the app's.\n"
-        "  RSS: the app's processes at their largest during the window."
+        "  RSS: the app's processes at their largest during the window.\n"
+        "  runs' sandboxes: each run's bubblewrap sandbox (bwrap, its sleep and socat) and egress\n"
+        "        proxy (CLAUDE_SANDBOX_SCOPE=run, the default), at their largest; part of a run, like\n"
+        "        its CLI, so counted in neither the app's RSS nor its CPU."
     )
     print()
     target_rows = [
