@@ -382,6 +382,7 @@ class RunTail:
         self.waiters = 0
         self.stopped = False
         self._idle_since = loop.time()
+        self._linger_check = False  # a check whether it is still used is scheduled
         self._waiting: set[asyncio.Future[list[Event]]] = set()
         self._hub = _hub(loop)
         self._hub.add(self)
@@ -396,26 +397,33 @@ class RunTail:
         self.waiters += 1
         # A future of its own per waiter: a timeout cancels only that one (a shared future
         # needed a shield and wait_for per waiter and batch, the stream's costliest step).
+        # Its timeout is a bare timer that hands it an empty batch: every waiter waits once
+        # per batch, and asyncio.timeout's own bookkeeping was 7% of a loaded worker's
+        # samples (bench/scale.py).
         arrived: asyncio.Future[list[Event]] = self.loop.create_future()
         self._waiting.add(arrived)
+        expiry = self.loop.call_later(timeout, _nothing_arrived, arrived)
         try:
-            async with asyncio.timeout(timeout):
-                batch = await arrived
-        except TimeoutError:
-            return []
+            batch = await arrived
         finally:
+            expiry.cancel()
             self._waiting.discard(arrived)
             self.waiters -= 1
             if not self.waiters:
                 self._idle_since = self.loop.time()
-                self.loop.call_later(self.LINGER, self._stop_if_unused)
+                if not self._linger_check:
+                    # One check at a time: it looks again if a waiter came and went meanwhile.
+                    self._linger_check = True
+                    self.loop.call_later(self.LINGER, self._stop_if_unused)
         return [event for event in batch if event.id > after]
 
     def _stop_if_unused(self) -> None:
         if self.waiters or self.stopped:
+            self._linger_check = False  # the next waiter to leave schedules the next check
             return
         idle = self.loop.time() - self._idle_since
         if idle >= self.LINGER:
+            self._linger_check = False
             self.close()
         else:  # a waiter came and went meanwhile: look again when its linger is over
             self.loop.call_later(self.LINGER - idle, self._stop_if_unused)
@@ -437,6 +445,11 @@ class RunTail:
         self._hub.remove(self)
         if not any(loop_id == id(self.loop) for loop_id, _run in _tails):
             self.loop.call_later(self.LINGER, _collect_what_streams_left, self.loop)
+
+
+def _nothing_arrived(arrived: asyncio.Future[list[Event]]) -> None:
+    if not arrived.done():
+        arrived.set_result([])
 
 
 class _TailHub:

@@ -84,3 +84,46 @@ async def test_waiting_for_runs_without_a_tail_here_returns_at_once() -> None:
     await events.tails_delivered([704], timeout=5)
 
     assert time.monotonic() - started < 1
+
+
+async def test_a_wait_with_nothing_arriving_returns_nothing_after_its_timeout() -> None:
+    tail = events.run_tail(705, 0)
+    started = time.monotonic()
+    assert await tail.wait(0, 0.2) == []
+    assert 0.15 < time.monotonic() - started < 2
+    tail.close()
+
+
+def stopped(tail: events.RunTail) -> bool:
+    return tail.stopped
+
+
+async def test_a_tail_stops_once_no_waiter_came_back_within_its_linger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(events.RunTail, "LINGER", 0.3)
+    tail = events.run_tail(706, 0)
+    # Waiters come and go, as a stream's client waits once per batch.
+    for index in range(1, 6):
+        waiting = asyncio.create_task(tail.wait(index - 1, 5))
+        await asyncio.sleep(0.01)
+        await events.append_events(706, [("a", {"n": index})])
+        assert [e.id for e in await waiting] == [index]
+        await asyncio.sleep(0.1)  # less than the linger between waits
+    assert not stopped(tail)
+    await asyncio.sleep(0.5)  # no waiter for longer than the linger
+    assert stopped(tail)
+    assert events._tails.get((id(asyncio.get_running_loop()), 706)) is None
+
+
+async def test_a_waiter_that_goes_away_leaves_the_others_their_batch() -> None:
+    tail = events.run_tail(707, 0)
+    leaving = asyncio.create_task(tail.wait(0, 5))
+    staying = asyncio.create_task(tail.wait(0, 5))
+    await asyncio.sleep(0.05)
+    leaving.cancel()
+    await events.append_events(707, [("a", {})])
+    assert [e.id for e in await staying] == [1]
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    tail.close()
