@@ -103,9 +103,9 @@ class TrimmedConnectionPool(aredis.ConnectionPool):
 
     A surplus connection leaves the pool altogether. Closed but kept, it went to the end of
     the pool's list, which hands out its last entry first: every later command took that
-    closed one, connected it again (a TCP connect and a handshake) and, four being idle
-    already, closed it again on release, once the pool had ever held five connections
-    (bench/scale.py: 9% of a worker's time under load, one connect per command).
+    closed one, connected it again (a TCP connect and a handshake) and, the limit being
+    idle already, closed it again on release, once the pool had ever held one more than
+    the limit (bench/scale.py: 9% of a worker's time under load, one connect per command).
     """
 
     async def release(self, connection: Any) -> None:
