@@ -7,8 +7,9 @@ prefix never sees another database's runs. Key names themselves live in each app
 ``live`` module (``promptmgr.live``, ``askuser.live``) and in ``core.events``.
 
 Connections: the pool of each event loop keeps at most ``MAX_IDLE_CONNECTIONS`` idle
-connections open, so a burst (hundreds of requests at once) does not leave hundreds of
-sockets behind; long blocking reads use a client of their own (``blocking_client``),
+connections open, and closes those past ``KEEP_IDLE_CONNECTIONS`` left unused for
+``IDLE_CLOSE_SECONDS``, so a burst (hundreds of requests at once) does not leave hundreds
+of sockets behind; long blocking reads use a client of their own (``blocking_client``),
 closed when the read is no longer wanted. Outages: whoever meets an unreachable Redis
 reports it through ``outage_seen``, and the log gets one warning per outage and one line
 when it is over, however many requests and runs meet it.
@@ -44,6 +45,10 @@ SOCKET_TIMEOUT = 65
 # 4 it opened and closed up to 140 connections a second, each a connect, a handshake and
 # redis-py's costly Connection set-up (4% of the worker's samples); at 32, none.
 MAX_IDLE_CONNECTIONS = 32
+# Past this many, an idle connection unused for IDLE_CLOSE_SECONDS is closed, so a crowd
+# that has gone leaves no connections behind (bench/streams_footprint.py).
+KEEP_IDLE_CONNECTIONS = 4
+IDLE_CLOSE_SECONDS = 3.0
 
 MSG_NO_INSTANCE = (
     "The instance id is not loaded: call core.redis.load_instance_uid() at start-up "
@@ -96,7 +101,8 @@ def get_redis() -> redis.Redis:
 
 
 class TrimmedConnectionPool(aredis.ConnectionPool):
-    """A pool that keeps at most ``MAX_IDLE_CONNECTIONS`` idle connections open.
+    """A pool that keeps at most ``MAX_IDLE_CONNECTIONS`` idle connections open, and past
+    ``KEEP_IDLE_CONNECTIONS`` closes those left unused for ``IDLE_CLOSE_SECONDS``.
 
     redis-py's pool keeps every connection it ever opened: after a burst of requests the
     worker held one idle socket per request of the burst, for good.
@@ -106,7 +112,14 @@ class TrimmedConnectionPool(aredis.ConnectionPool):
     closed one, connected it again (a TCP connect and a handshake) and, the limit being
     idle already, closed it again on release, once the pool had ever held one more than
     the limit (bench/scale.py: 9% of a worker's time under load, one connect per command).
+    The list's head holds the connections unused the longest: those are the ones closed.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._idle_since: dict[int, float] = {}  # id(connection) -> when it was last released
+        self._trim_timer: asyncio.TimerHandle | None = None
+        self._trimming: asyncio.Task[None] | None = None
 
     async def release(self, connection: Any) -> None:
         idle = sum(1 for c in self._available_connections if c.is_connected)
@@ -119,6 +132,42 @@ class TrimmedConnectionPool(aredis.ConnectionPool):
             # The pool makes a new one when none is left (its limit counts those in use).
             with contextlib.suppress(ValueError):
                 self._available_connections.remove(connection)
+            return
+        self._idle_since[id(connection)] = time.monotonic()
+        if idle >= KEEP_IDLE_CONNECTIONS and self._trim_timer is None:
+            self._trim_timer = asyncio.get_running_loop().call_later(IDLE_CLOSE_SECONDS, self._start_trim)
+
+    def _start_trim(self) -> None:
+        self._trim_timer = None
+        if self._trimming is None or self._trimming.done():
+            self._trimming = asyncio.get_running_loop().create_task(self._trim())
+
+    async def _trim(self) -> None:
+        """Close the connections past ``KEEP_IDLE_CONNECTIONS`` unused for
+        ``IDLE_CLOSE_SECONDS``; look again later while surplus ones are younger."""
+        now = time.monotonic()
+        surplus = self._available_connections[
+            : max(0, len(self._available_connections) - KEEP_IDLE_CONNECTIONS)
+        ]
+        stale = [c for c in surplus if now - self._idle_since.get(id(c), now) >= IDLE_CLOSE_SECONDS]
+        for connection in stale:
+            # Out of the list first: from then on nobody can take it.
+            self._available_connections.remove(connection)
+            self._idle_since.pop(id(connection), None)
+        # Only idle connections need a time; one in use gets its own when released.
+        idle = {id(c) for c in self._available_connections}
+        self._idle_since = {key: at for key, at in self._idle_since.items() if key in idle}
+        for connection in stale:
+            with contextlib.suppress(Exception):  # closing a dead socket may fail; it is gone either way
+                await connection.disconnect()
+        if len(surplus) > len(stale):
+            self._trim_timer = asyncio.get_running_loop().call_later(IDLE_CLOSE_SECONDS, self._start_trim)
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        if self._trim_timer is not None:
+            self._trim_timer.cancel()
+            self._trim_timer = None
+        await super().disconnect(inuse_connections)
 
 
 class TrimmedSyncConnectionPool(redis.ConnectionPool):

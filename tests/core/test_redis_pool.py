@@ -58,3 +58,39 @@ def test_the_sync_pool_of_the_run_queue_keeps_only_its_idle_allowance_after_a_bu
         pool.release(again)
     finally:
         pool.disconnect()
+
+
+def test_idle_connections_past_the_few_kept_are_closed_once_unused_for_a_while(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(core_redis, "IDLE_CLOSE_SECONDS", 0.3)
+
+    async def scenario() -> dict[str, int]:
+        pool = core_redis.get_async_redis().connection_pool
+
+        def open_idle() -> int:
+            return sum(1 for c in pool._available_connections if c.is_connected)
+
+        crowd = [await pool.get_connection() for _ in range(12)]  # type: ignore[no-untyped-call]
+        for connection in crowd:
+            await pool.release(connection)
+        seen = {"at_once": open_idle()}
+        # Used again within the time: every one stays open.
+        await asyncio.sleep(0.2)
+        again = [await pool.get_connection() for _ in range(12)]  # type: ignore[no-untyped-call]
+        seen["reconnects"] = sum(1 for c in again if not c.is_connected)
+        for connection in again:
+            await pool.release(connection)
+        await asyncio.sleep(0.2)
+        seen["while_recent"] = open_idle()
+        # Then nobody comes: all but the few kept are closed and leave the pool.
+        await asyncio.sleep(0.6)
+        seen["after"], seen["in_pool_after"] = open_idle(), len(pool._available_connections)
+        await core_redis.get_async_redis().aclose()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen["at_once"] == 12
+    assert seen["reconnects"] == 0
+    assert seen["while_recent"] == 12
+    assert seen["after"] == seen["in_pool_after"] == core_redis.KEEP_IDLE_CONNECTIONS
