@@ -17,9 +17,10 @@ hint and a ``reconnect`` event, never with a broken body.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import Protocol, TypeVar
+from collections.abc import AsyncGenerator, Awaitable, Callable, Coroutine
+from typing import Any, Protocol, TypeVar
 
 import redis
 from asgiref.sync import sync_to_async
@@ -64,7 +65,11 @@ class _SharedChecks:
         self.answers: dict[tuple[str, int], tuple[float, asyncio.Future[bool]]] = {}
 
     async def ask(
-        self, question: tuple[str, int], call: Callable[[], Awaitable[bool]], *, keep_no: bool = True
+        self,
+        question: tuple[str, int],
+        call: Callable[[], Coroutine[Any, Any, bool]],
+        *,
+        keep_no: bool = True,
     ) -> bool:
         loop = asyncio.get_running_loop()
         if self.loop is not loop:  # a new loop (a test's, a restarted worker's): start afresh
@@ -74,7 +79,8 @@ class _SharedChecks:
         if kept is None or now - kept[0] > SHARED_CHECK_MAX_AGE:
             if len(self.answers) > 256:
                 self.answers = {q: a for q, a in self.answers.items() if now - a[0] <= SHARED_CHECK_MAX_AGE}
-            kept = self.answers[question] = (now, asyncio.ensure_future(call()))
+            # A fresh context: the call outlives the request that happened to start it.
+            kept = self.answers[question] = (now, loop.create_task(call(), context=contextvars.Context()))
             kept[1].add_done_callback(lambda done: self._settled(question, done, keep_no))
         # A stream that goes away must not cancel the call the others wait on.
         return await asyncio.shield(kept[1])

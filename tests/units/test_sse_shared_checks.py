@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 
 import pytest
 
@@ -89,3 +90,18 @@ async def test_a_watcher_going_away_does_not_cancel_the_check_the_others_wait_on
     assert check.calls == 1
     with pytest.raises(asyncio.CancelledError):
         await leaving
+
+
+async def test_a_check_runs_apart_from_the_request_that_happened_to_start_it() -> None:
+    # It outlives that request when its client goes: it must not run in the request's
+    # context (a request's thread-sensitive executor is given back when the request ends).
+    request_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_var", default="none")
+    seen: list[str] = []
+
+    async def check() -> bool:
+        seen.append(request_var.get())
+        return True
+
+    request_var.set("the first asker's request")
+    assert await sse._SharedChecks().ask(("active", 1), check)
+    assert seen == ["none"]
