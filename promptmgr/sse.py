@@ -86,10 +86,11 @@ class _SharedChecks:
         return await asyncio.shield(kept[1])
 
     def _settled(self, question: tuple[str, int], done: asyncio.Future[bool], keep_no: bool) -> None:
+        # Looked at even when unused, so a failure nobody waited for is not reported as lost.
         failed = done.cancelled() or done.exception() is not None
-        if (failed or (not keep_no and not done.result())) and self.answers.get(question, (0.0, None))[
-            1
-        ] is done:
+        if self.answers.get(question, (0.0, None))[1] is not done:
+            return  # a newer call has taken its place
+        if failed or (not keep_no and not done.result()):
             del self.answers[question]
 
 
