@@ -57,11 +57,12 @@ SHARED_CHECK_MAX_AGE = 1.0
 
 class _SharedChecks:
     """One call at a time per question, and its answer for ``SHARED_CHECK_MAX_AGE``, for
-    all the streams of an event loop. A failed call is not kept, and neither is a "no"
-    that may soon turn "yes" (``keep_no=False``: a new run's stream about to appear)."""
+    all the streams of one event loop (``_checks``). A failed call is not kept, and neither
+    is a "no" that may soon turn "yes" (``keep_no=False``: a new run's stream about to
+    appear)."""
 
-    def __init__(self) -> None:
-        self.loop: asyncio.AbstractEventLoop | None = None
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
         self.answers: dict[tuple[str, int], tuple[float, asyncio.Future[bool]]] = {}
 
     async def ask(
@@ -71,9 +72,7 @@ class _SharedChecks:
         *,
         keep_no: bool = True,
     ) -> bool:
-        loop = asyncio.get_running_loop()
-        if self.loop is not loop:  # a new loop (a test's, a restarted worker's): start afresh
-            self.loop, self.answers = loop, {}
+        loop = self.loop
         now = loop.time()
         kept = self.answers.get(question)
         if kept is None or now - kept[0] > SHARED_CHECK_MAX_AGE:
@@ -94,7 +93,18 @@ class _SharedChecks:
             del self.answers[question]
 
 
-_shared_checks = _SharedChecks()
+_shared_checks: dict[int, _SharedChecks] = {}
+
+
+def _checks() -> _SharedChecks:
+    """The running loop's: a process may run several loops at once (the queue worker's
+    thread beside the web server's), and a loop must never await another's call."""
+    loop = asyncio.get_running_loop()
+    checks = _shared_checks.get(id(loop))
+    # The identity check guards against a new loop reusing a dead loop's id.
+    if checks is None or checks.loop is not loop:
+        checks = _shared_checks[id(loop)] = _SharedChecks(loop)
+    return checks
 
 
 class SourceUnavailable(Exception):
@@ -165,12 +175,12 @@ class RunEventSource:
         return await tail.wait(after, wait_seconds)
 
     async def _stream_exists(self) -> bool:
-        return await _shared_checks.ask(
+        return await _checks().ask(
             ("stream", self.run_id), lambda: _limited(live_events.stream_exists(self.run_id)), keep_no=False
         )
 
     async def finished(self) -> bool:
-        return not await _shared_checks.ask(
+        return not await _checks().ask(
             ("active", self.run_id), lambda: sync_to_async(run_is_active)(self.run_id)
         )
 

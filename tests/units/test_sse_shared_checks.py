@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import threading
 
 import pytest
 
@@ -46,7 +47,7 @@ async def test_the_watchers_of_a_run_asking_at_one_heartbeat_make_one_database_c
 
 
 async def test_an_answer_serves_only_for_its_max_age(monkeypatch: pytest.MonkeyPatch) -> None:
-    checks = sse._SharedChecks()
+    checks = sse._SharedChecks(asyncio.get_running_loop())
     check = Counted()
     assert await checks.ask(("active", 1), check)
     assert await checks.ask(("active", 1), check)
@@ -58,7 +59,7 @@ async def test_an_answer_serves_only_for_its_max_age(monkeypatch: pytest.MonkeyP
 
 
 async def test_a_failed_check_is_not_kept() -> None:
-    checks = sse._SharedChecks()
+    checks = sse._SharedChecks(asyncio.get_running_loop())
     failing = Counted(fail=True)
     with pytest.raises(ConnectionError):
         await checks.ask(("stream", 1), failing)
@@ -68,7 +69,7 @@ async def test_a_failed_check_is_not_kept() -> None:
 
 
 async def test_a_no_that_may_soon_turn_yes_is_asked_again_but_a_kept_no_is_not() -> None:
-    checks = sse._SharedChecks()
+    checks = sse._SharedChecks(asyncio.get_running_loop())
     absent = Counted(answer=False)
     assert not await checks.ask(("stream", 1), absent, keep_no=False)
     assert not await checks.ask(("stream", 1), absent, keep_no=False)
@@ -80,7 +81,7 @@ async def test_a_no_that_may_soon_turn_yes_is_asked_again_but_a_kept_no_is_not()
 
 
 async def test_a_watcher_going_away_does_not_cancel_the_check_the_others_wait_on() -> None:
-    checks = sse._SharedChecks()
+    checks = sse._SharedChecks(asyncio.get_running_loop())
     check = Counted()
     leaving = asyncio.create_task(checks.ask(("active", 1), check))
     staying = asyncio.create_task(checks.ask(("active", 1), check))
@@ -103,5 +104,40 @@ async def test_a_check_runs_apart_from_the_request_that_happened_to_start_it() -
         return True
 
     request_var.set("the first asker's request")
-    assert await sse._SharedChecks().ask(("active", 1), check)
+    assert await sse._SharedChecks(asyncio.get_running_loop()).ask(("active", 1), check)
     assert seen == ["none"]
+
+
+def test_each_event_loop_of_a_process_waits_on_its_own_checks_only() -> None:
+    # Two loops in two threads, as the web server's and the queue worker's: a loop whose
+    # call is in flight must not be handed the other loop's answer meanwhile.
+    a_started, b_asked = threading.Event(), threading.Event()
+    answers: dict[str, object] = {}
+
+    async def on_a() -> None:
+        release = asyncio.Event()
+
+        async def slow_yes() -> bool:
+            await release.wait()
+            return True
+
+        first = asyncio.create_task(sse._checks().ask(("active", 9), slow_yes))
+        await asyncio.sleep(0.01)
+        a_started.set()
+        await asyncio.to_thread(b_asked.wait, 10)
+        second = asyncio.create_task(sse._checks().ask(("active", 9), Counted(answer=False)))
+        await asyncio.sleep(0.01)
+        release.set()
+        answers["a"] = [await first, await second]
+
+    async def on_b() -> None:
+        await asyncio.to_thread(a_started.wait, 10)
+        answers["b"] = await sse._checks().ask(("active", 9), Counted(answer=False))
+        b_asked.set()
+
+    threads = [threading.Thread(target=asyncio.run, args=(work(),)) for work in (on_a, on_b)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(20)
+    assert answers == {"a": [True, True], "b": False}
