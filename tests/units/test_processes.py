@@ -215,22 +215,11 @@ async def test_signalling_a_tree_finds_a_group_started_after_the_shared_scan(
         await proc.input.write(b"go\n")
         assert await proc.next_line(10) == Line(b"started")
         assert await proc.next_line(0.05) is TIMEOUT  # noted from the same, older scan
-        [command_group] = {
-            p.pgid for p in live_processes() if p.pgid != proc.pgid and _descends_from(p.pid, proc.pid)
-        }
+        [command_group] = set(processes.process_tree(proc.pid).values()) - {proc.pgid}
         assert command_group not in proc.tree.groups
     finally:
         await proc.stop(grace=0.5)
     assert group_members(command_group) == []
-
-
-def _descends_from(pid: int, ancestor: int) -> bool:
-    parents = {p.pid: p.ppid for p in live_processes()}
-    while pid in parents and pid > 1:
-        if pid == ancestor:
-            return True
-        pid = parents[pid]
-    return False
 
 
 async def test_a_group_with_a_live_member_is_alive(tmp_path: Path) -> None:
