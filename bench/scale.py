@@ -120,11 +120,10 @@ def _kind(pid: int, parent_kind: str) -> str:
     return Path(text.split(b" ", 1)[0].decode(errors="replace")).name or "?"
 
 
-def app_processes(root: int, *, sandboxes: bool = False) -> dict[int, str]:
-    """The app's own processes under ``root`` (uvicorn's), by kind: not the CLIs, their
-    guardians or anything they start, nor the runs' sandboxes (bubblewrap, what it holds,
-    and the egress proxy beside it: ``promptmgr.run_sandbox``); those alone with
-    ``sandboxes``."""
+def process_kinds(root: int) -> dict[int, str]:
+    """The processes under ``root`` (uvicorn's), by kind: the app's own and the runs'
+    sandboxes (bubblewrap, what it holds, and the egress proxy beside it:
+    ``promptmgr.run_sandbox``), not the CLIs, their guardians or anything they start."""
     children = _children_of()
     found: dict[int, str] = {}
     frontier = [(root, "")]
@@ -133,10 +132,15 @@ def app_processes(root: int, *, sandboxes: bool = False) -> dict[int, str]:
         kind = _kind(pid, parent_kind)
         if kind in ("cli", "guardian", "gone"):
             continue  # a run's process tree, not the app
-        if (kind == SANDBOX) == sandboxes:
-            found[pid] = kind
+        found[pid] = kind
         frontier += [(child, kind) for child in children.get(pid, [])]
     return found
+
+
+def app_processes(root: int) -> dict[int, str]:
+    """The app's own processes under ``root``, by kind: ``process_kinds`` without the runs'
+    sandboxes, which are part of a run, as its CLI is."""
+    return {pid: kind for pid, kind in process_kinds(root).items() if kind != SANDBOX}
 
 
 def cpu_ticks(pid: int) -> int:
@@ -471,8 +475,11 @@ async def load(
     window_end = time.monotonic() + args.window
     while time.monotonic() < window_end and not any(s.done for s in streams):
         await asyncio.sleep(0.25)
-        rss_peak = max(rss_peak, sum(rss_mib(pid) for pid in app_processes(root)))
-        sandboxes_peak = max(sandboxes_peak, sum(rss_mib(p) for p in app_processes(root, sandboxes=True)))
+        kinds = process_kinds(root)  # one walk for both
+        rss_peak = max(rss_peak, sum(rss_mib(pid) for pid, kind in kinds.items() if kind != SANDBOX))
+        sandboxes_peak = max(
+            sandboxes_peak, sum(rss_mib(pid) for pid, kind in kinds.items() if kind == SANDBOX)
+        )
     last, client_cpu = CpuMark.now(root), own_cpu_s() - client_cpu
     runq_s = (sum(sched_ns(pid)[1] for pid in worker_pids) - runq_before) / 1e9
     last_ns = harness.now_ns()
