@@ -122,6 +122,17 @@ class TrimmedConnectionPool(aredis.ConnectionPool):
         self._trimming: asyncio.Task[None] | None = None
 
     async def release(self, connection: Any) -> None:
+        if not connection.is_connected:
+            # Its socket is gone already (a cancelled or failed command closes it). Kept, it
+            # took one of the few places kept at rest with no connection behind it, and the
+            # count that arms the trim missed it once reused: a worker at rest held 3 to 5
+            # open connections instead of 4 (bench/streams_footprint.py). The pool makes a
+            # new one when none is left.
+            await super().release(connection)
+            with contextlib.suppress(ValueError):
+                self._available_connections.remove(connection)
+            self._idle_since.pop(id(connection), None)
+            return
         idle = sum(1 for c in self._available_connections if c.is_connected)
         surplus = idle >= MAX_IDLE_CONNECTIONS
         if surplus:
@@ -146,6 +157,9 @@ class TrimmedConnectionPool(aredis.ConnectionPool):
         """Close the connections past ``KEEP_IDLE_CONNECTIONS`` unused for
         ``IDLE_CLOSE_SECONDS``; look again later while surplus ones are younger."""
         now = time.monotonic()
+        # Closed while idle (the server went away): nothing to keep.
+        for closed in [c for c in self._available_connections if not c.is_connected]:
+            self._available_connections.remove(closed)
         surplus = self._available_connections[
             : max(0, len(self._available_connections) - KEEP_IDLE_CONNECTIONS)
         ]

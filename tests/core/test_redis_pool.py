@@ -94,3 +94,20 @@ def test_idle_connections_past_the_few_kept_are_closed_once_unused_for_a_while(
     assert seen["reconnects"] == 0
     assert seen["while_recent"] == 12
     assert seen["after"] == seen["in_pool_after"] == core_redis.KEEP_IDLE_CONNECTIONS
+
+
+def test_a_connection_released_closed_leaves_the_pool_so_the_few_kept_are_all_open(settings: Any) -> None:
+    async def scenario() -> tuple[int, int]:
+        pool = core_redis.get_async_redis().connection_pool
+        crowd = [await pool.get_connection() for _ in range(core_redis.KEEP_IDLE_CONNECTIONS + 1)]  # type: ignore[no-untyped-call]
+        # A command cancelled mid-way closes its connection before it goes back to the pool.
+        await crowd[0].disconnect()
+        for connection in crowd:
+            await pool.release(connection)
+        kept = len(pool._available_connections)
+        open_ = sum(1 for c in pool._available_connections if c.is_connected)
+        await core_redis.get_async_redis().aclose()
+        return kept, open_
+
+    kept, open_ = asyncio.run(scenario())
+    assert kept == open_ == core_redis.KEEP_IDLE_CONNECTIONS
