@@ -19,6 +19,7 @@ from typing import Any
 
 import redis
 
+from .loops import PerLoop
 from .redis import (
     blocking_client,
     decode_json,
@@ -155,23 +156,14 @@ class _Appender:
             self.pending = []
 
 
-_appenders: dict[int, _Appender] = {}
-
-
-def _appender() -> _Appender:
-    loop = asyncio.get_running_loop()
-    appender = _appenders.get(id(loop))
-    # The identity check guards against a new loop reusing a dead loop's id.
-    if appender is None or appender.loop is not loop:
-        appender = _appenders[id(loop)] = _Appender(loop)
-    return appender
+_appenders: PerLoop[_Appender] = PerLoop(_Appender)
 
 
 async def append_events(run_id: int, events: list[tuple[str, dict[str, Any]]]) -> list[int]:
     """Append a batch to the run's event stream in one round trip; returns their ids."""
     if not events:
         return []
-    first = await _appender().append([events_key(run_id), seq_key(run_id)], append_args(events))
+    first = await _appenders.get().append([events_key(run_id), seq_key(run_id)], append_args(events))
     return list(range(first, first + len(events)))
 
 
@@ -384,7 +376,7 @@ class RunTail:
         self._idle_since = loop.time()
         self._linger_check = False  # a check whether it is still used is scheduled
         self._waiting: set[asyncio.Future[list[Event]]] = set()
-        self._hub = _hub(loop)
+        self._hub = _hubs.get()
         self._hub.add(self)
 
     @property
@@ -545,15 +537,7 @@ class _TailHub:
             await client.aclose()
 
 
-_hubs: dict[int, _TailHub] = {}
-
-
-def _hub(loop: asyncio.AbstractEventLoop) -> _TailHub:
-    hub = _hubs.get(id(loop))
-    # The identity check guards against a new loop reusing a dead loop's id.
-    if hub is None or hub.loop is not loop:
-        hub = _hubs[id(loop)] = _TailHub(loop)
-    return hub
+_hubs: PerLoop[_TailHub] = PerLoop(_TailHub)
 
 
 _closing: set[asyncio.Task[None]] = set()

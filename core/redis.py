@@ -29,8 +29,8 @@ import redis
 import redis.asyncio as aredis
 from django.conf import settings
 
-# A cache of clients per event loop: redis.asyncio connections are bound to their loop.
-_async_clients: dict[int, tuple[object, aredis.Redis]] = {}
+from .loops import PerLoop
+
 _sync_client: redis.Redis | None = None
 _instance_uid: str | None = None
 
@@ -210,22 +210,23 @@ def _client_options() -> dict[str, Any]:
     return {"decode_responses": True, "socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": 5}
 
 
-def get_async_redis() -> aredis.Redis:
-    """An asyncio client for the running event loop."""
-    loop = asyncio.get_running_loop()
-    cached = _async_clients.get(id(loop))
-    # The identity check guards against a new loop reusing a dead loop's id.
-    if cached is not None and cached[0] is loop:
-        return cached[1]
+def _async_client(_loop: asyncio.AbstractEventLoop) -> aredis.Redis:
     pool = TrimmedConnectionPool.from_url(
         settings.REDIS_URL,
         # Each ask-user long-poll holds a connection while it blocks.
         max_connections=settings.REDIS_MAX_CONNECTIONS,
         **_client_options(),
     )
-    client = aredis.Redis(connection_pool=pool)
-    _async_clients[id(loop)] = (loop, client)
-    return client
+    return aredis.Redis(connection_pool=pool)
+
+
+# redis.asyncio connections are bound to their loop: a client per loop.
+_async_clients: PerLoop[aredis.Redis] = PerLoop(_async_client)
+
+
+def get_async_redis() -> aredis.Redis:
+    """An asyncio client for the running event loop."""
+    return _async_clients.get()
 
 
 def blocking_client() -> aredis.Redis:

@@ -40,6 +40,8 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
+from core.loops import PerLoop
+
 logger = logging.getLogger(__name__)
 
 # Spans with classes only (no inline styles: the CSP forbids them), prefixed to stay apart.
@@ -231,22 +233,17 @@ def _kill(process: asyncio.subprocess.Process) -> None:
             os.kill(process.pid, signal.SIGKILL)
 
 
-_renderers: dict[int, RenderProcess] = {}
+_renderers: PerLoop[RenderProcess] = PerLoop(RenderProcess)
 
 
 def renderer() -> RenderProcess:
     """The running event loop's render process (started by its first render)."""
-    loop = asyncio.get_running_loop()
-    found = _renderers.get(id(loop))
-    # The identity check guards against a new loop reusing a dead loop's id.
-    if found is None or found.loop is not loop:
-        found = _renderers[id(loop)] = RenderProcess(loop)
-    return found
+    return _renderers.get()
 
 
 def stop_renderer() -> None:
     """Stop every render process of this worker (shutdown); the next long render starts one."""
-    for found in list(_renderers.values()):
+    for found in _renderers.values():
         found.stop()
     _renderers.clear()
 

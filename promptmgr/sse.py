@@ -27,6 +27,7 @@ from asgiref.sync import sync_to_async
 
 from core import events as live_events
 from core.events import Event, RunTail
+from core.loops import PerLoop
 from core.redis import encode_json, outage_seen
 
 from . import lifecycle
@@ -42,7 +43,7 @@ CLOSING_GRACE = 5.0
 # Redis calls of all streams of a worker at once (catching up, existence checks): a
 # crowd of clients opening together must not open a connection each.
 _REDIS_CALLS = 8
-_redis_slots: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Semaphore]] = {}
+_redis_slots: PerLoop[asyncio.Semaphore] = PerLoop(lambda _loop: asyncio.Semaphore(_REDIS_CALLS))
 T = TypeVar("T")
 
 
@@ -93,18 +94,8 @@ class _SharedChecks:
             del self.answers[question]
 
 
-_shared_checks: dict[int, _SharedChecks] = {}
-
-
-def _checks() -> _SharedChecks:
-    """The running loop's: a process may run several loops at once (the queue worker's
-    thread beside the web server's), and a loop must never await another's call."""
-    loop = asyncio.get_running_loop()
-    checks = _shared_checks.get(id(loop))
-    # The identity check guards against a new loop reusing a dead loop's id.
-    if checks is None or checks.loop is not loop:
-        checks = _shared_checks[id(loop)] = _SharedChecks(loop)
-    return checks
+# The running loop's (``core.loops``): a loop must never await another loop's call.
+_shared_checks: PerLoop[_SharedChecks] = PerLoop(_SharedChecks)
 
 
 class SourceUnavailable(Exception):
@@ -126,12 +117,7 @@ class EventSource(Protocol):
 
 
 async def _limited(call: Awaitable[T]) -> T:
-    loop = asyncio.get_running_loop()
-    cached = _redis_slots.get(id(loop))
-    # The identity check guards against a new loop reusing a dead loop's id.
-    if cached is None or cached[0] is not loop:
-        cached = _redis_slots[id(loop)] = (loop, asyncio.Semaphore(_REDIS_CALLS))
-    async with cached[1]:
+    async with _redis_slots.get():
         return await call
 
 
@@ -175,12 +161,12 @@ class RunEventSource:
         return await tail.wait(after, wait_seconds)
 
     async def _stream_exists(self) -> bool:
-        return await _checks().ask(
+        return await _shared_checks.get().ask(
             ("stream", self.run_id), lambda: _limited(live_events.stream_exists(self.run_id)), keep_no=False
         )
 
     async def finished(self) -> bool:
-        return not await _checks().ask(
+        return not await _shared_checks.get().ask(
             ("active", self.run_id), lambda: sync_to_async(run_is_active)(self.run_id)
         )
 

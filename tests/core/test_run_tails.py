@@ -29,11 +29,11 @@ async def test_tails_of_several_runs_get_their_own_events_from_one_reader() -> N
 
     assert [(e.id, e.event) for e in got_first] == [(1, "a"), (2, "a")]
     assert [(e.id, e.event) for e in got_second] == [(1, "b")]
-    assert events._hub(asyncio.get_running_loop())._task is not None
+    assert events._hubs.get()._task is not None
     first.close()
     second.close()
     # The last tail gone, the shared reader stops (and closes its connection).
-    assert events._hub(asyncio.get_running_loop())._task is None
+    assert events._hubs.get()._task is None
     assert first.stopped and second.stopped
 
 

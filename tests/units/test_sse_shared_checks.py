@@ -121,18 +121,18 @@ def test_each_event_loop_of_a_process_waits_on_its_own_checks_only() -> None:
             await release.wait()
             return True
 
-        first = asyncio.create_task(sse._checks().ask(("active", 9), slow_yes))
+        first = asyncio.create_task(sse._shared_checks.get().ask(("active", 9), slow_yes))
         await asyncio.sleep(0.01)
         a_started.set()
         await asyncio.to_thread(b_asked.wait, 10)
-        second = asyncio.create_task(sse._checks().ask(("active", 9), Counted(answer=False)))
+        second = asyncio.create_task(sse._shared_checks.get().ask(("active", 9), Counted(answer=False)))
         await asyncio.sleep(0.01)
         release.set()
         answers["a"] = [await first, await second]
 
     async def on_b() -> None:
         await asyncio.to_thread(a_started.wait, 10)
-        answers["b"] = await sse._checks().ask(("active", 9), Counted(answer=False))
+        answers["b"] = await sse._shared_checks.get().ask(("active", 9), Counted(answer=False))
         b_asked.set()
 
     threads = [threading.Thread(target=asyncio.run, args=(work(),)) for work in (on_a, on_b)]
