@@ -122,27 +122,22 @@ class TrimmedConnectionPool(aredis.ConnectionPool):
         self._trimming: asyncio.Task[None] | None = None
 
     async def release(self, connection: Any) -> None:
-        if not connection.is_connected:
-            # Its socket is gone already (a cancelled or failed command closes it). Kept, it
-            # took one of the few places kept at rest with no connection behind it, and the
-            # count that arms the trim missed it once reused: a worker at rest held 3 to 5
-            # open connections instead of 4 (bench/streams_footprint.py). The pool makes a
-            # new one when none is left.
-            await super().release(connection)
-            with contextlib.suppress(ValueError):
-                self._available_connections.remove(connection)
-            self._idle_since.pop(id(connection), None)
-            return
         idle = sum(1 for c in self._available_connections if c.is_connected)
-        surplus = idle >= MAX_IDLE_CONNECTIONS
-        if surplus:
+        # A connection leaves the pool when enough are idle already, or when its socket is
+        # gone (a cancelled or failed command closes it): kept, a closed one took one of the
+        # few places kept at rest with no socket behind it, and the count that arms the trim
+        # missed it once reused, so a worker at rest held 3 to 5 open connections instead of
+        # 4 (bench/streams_footprint.py). The pool makes a new one when none is left (its
+        # limit counts those in use).
+        leaves = idle >= MAX_IDLE_CONNECTIONS or not connection.is_connected
+        if leaves:
             # Still ours (not back in the pool yet), so nobody is using it.
             await connection.disconnect()
         await super().release(connection)
-        if surplus:
-            # The pool makes a new one when none is left (its limit counts those in use).
+        if leaves:
             with contextlib.suppress(ValueError):
                 self._available_connections.remove(connection)
+            self._idle_since.pop(id(connection), None)
             return
         self._idle_since[id(connection)] = time.monotonic()
         if idle >= KEEP_IDLE_CONNECTIONS and self._trim_timer is None:
@@ -158,8 +153,7 @@ class TrimmedConnectionPool(aredis.ConnectionPool):
         ``IDLE_CLOSE_SECONDS``; look again later while surplus ones are younger."""
         now = time.monotonic()
         # Closed while idle (the server went away): nothing to keep.
-        for closed in [c for c in self._available_connections if not c.is_connected]:
-            self._available_connections.remove(closed)
+        self._available_connections[:] = [c for c in self._available_connections if c.is_connected]
         surplus = self._available_connections[
             : max(0, len(self._available_connections) - KEEP_IDLE_CONNECTIONS)
         ]
