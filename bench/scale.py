@@ -143,6 +143,22 @@ def app_processes(root: int) -> dict[int, str]:
     return {pid: kind for pid, kind in process_kinds(root).items() if kind != SANDBOX}
 
 
+def worker_pids(root: int) -> list[int]:
+    """The uvicorn worker processes under ``root``."""
+    return [pid for pid, kind in app_processes(root).items() if kind == "uvicorn worker"]
+
+
+def rss_split(root: int) -> tuple[float, float]:
+    """Resident MiB of the app's own processes and of the runs' sandboxes, from one walk."""
+    app = sandboxes = 0.0
+    for pid, kind in process_kinds(root).items():
+        if kind == SANDBOX:
+            sandboxes += rss_mib(pid)
+        else:
+            app += rss_mib(pid)
+    return app, sandboxes
+
+
 def cpu_ticks(pid: int) -> int:
     """utime + stime of the process (all its threads), in clock ticks; 0 once it is gone."""
     try:
@@ -466,8 +482,8 @@ async def load(
     lag: list[float] = []
     prober = asyncio.create_task(probe(stack.app_port, stop_probe, lag))
     profilers = start_profilers(root, args, f"{workers}w", args.window)
-    worker_pids = [pid for pid, kind in app_processes(root).items() if kind == "uvicorn worker"]
-    runq_before = sum(sched_ns(pid)[1] for pid in worker_pids)
+    workers_now = worker_pids(root)
+    runq_before = sum(sched_ns(pid)[1] for pid in workers_now)
     first, counts, client_cpu = CpuMark.now(root), [len(s.latencies) for s in streams], own_cpu_s()
     first_ns = harness.now_ns()
     runs_per_worker = guardians_per_worker(root)
@@ -475,13 +491,10 @@ async def load(
     window_end = time.monotonic() + args.window
     while time.monotonic() < window_end and not any(s.done for s in streams):
         await asyncio.sleep(0.25)
-        kinds = process_kinds(root)  # one walk for both
-        rss_peak = max(rss_peak, sum(rss_mib(pid) for pid, kind in kinds.items() if kind != SANDBOX))
-        sandboxes_peak = max(
-            sandboxes_peak, sum(rss_mib(pid) for pid, kind in kinds.items() if kind == SANDBOX)
-        )
+        app_rss, sandboxes_rss = rss_split(root)
+        rss_peak, sandboxes_peak = max(rss_peak, app_rss), max(sandboxes_peak, sandboxes_rss)
     last, client_cpu = CpuMark.now(root), own_cpu_s() - client_cpu
-    runq_s = (sum(sched_ns(pid)[1] for pid in worker_pids) - runq_before) / 1e9
+    runq_s = (sum(sched_ns(pid)[1] for pid in workers_now) - runq_before) / 1e9
     last_ns = harness.now_ns()
     stop_probe.set()
     await prober
@@ -528,7 +541,7 @@ def start_profilers(
         return []
     py_spy = Path(harness.PYTHON).with_name("py-spy")
     procs = []
-    for pid in (p for p, kind in app_processes(root).items() if kind == "uvicorn worker"):
+    for pid in worker_pids(root):
         out = f"{args.profile}-{label}-{pid}.txt"
         argv = [str(py_spy), "record", "--pid", str(pid), "--duration", str(max(1, int(seconds)))]
         argv += ["--rate", "250", "--format", "raw", "--gil", "--nonblocking", "--output", out]
@@ -540,8 +553,10 @@ def start_profilers(
 def guardians_per_worker(root: int) -> list[int]:
     """How many runs each worker process supervises (its guardians)."""
     children = _children_of()
-    workers = [pid for pid, kind in app_processes(root).items() if kind == "uvicorn worker"]
-    return [sum(1 for child in children.get(pid, []) if b"guardian.py" in _cmdline(child)) for pid in workers]
+    return [
+        sum(1 for child in children.get(pid, []) if b"guardian.py" in _cmdline(child))
+        for pid in worker_pids(root)
+    ]
 
 
 async def login_endpoint(stack: harness.Stack) -> tuple[object, Endpoint]:
