@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import re
@@ -47,6 +48,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,6 +159,25 @@ def rss_split(root: int) -> tuple[float, float]:
         else:
             app += rss_mib(pid)
     return app, sandboxes
+
+
+# Time for this process to read what its own pauses (a collection, a walk of /proc) held back.
+CLIENT_SETTLE_S = 0.2
+
+
+@contextlib.contextmanager
+def measuring_quietly() -> Iterator[None]:
+    """No garbage collection in this process while it times deltas: its 550 streams' objects
+    made a full collection take ~100 ms, which every stream's next delta waited for and
+    which this process, not the server, had added. Collected before and after instead
+    (the one before is followed by ``CLIENT_SETTLE_S`` before the window opens)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.collect()
 
 
 def cpu_ticks(pid: int) -> int:
@@ -483,19 +504,27 @@ async def load(
     prober = asyncio.create_task(probe(stack.app_port, stop_probe, lag))
     profilers = start_profilers(root, args, f"{workers}w", args.window)
     workers_now = worker_pids(root)
-    runq_before = sum(sched_ns(pid)[1] for pid in workers_now)
-    first, counts, client_cpu = CpuMark.now(root), [len(s.latencies) for s in streams], own_cpu_s()
-    first_ns = harness.now_ns()
     runs_per_worker = guardians_per_worker(root)
-    rss_peak = sandboxes_peak = 0.0
-    window_end = time.monotonic() + args.window
-    while time.monotonic() < window_end and not any(s.done for s in streams):
-        await asyncio.sleep(0.25)
-        app_rss, sandboxes_rss = rss_split(root)
-        rss_peak, sandboxes_peak = max(rss_peak, app_rss), max(sandboxes_peak, sandboxes_rss)
-    last, client_cpu = CpuMark.now(root), own_cpu_s() - client_cpu
-    runq_s = (sum(sched_ns(pid)[1] for pid in workers_now) - runq_before) / 1e9
-    last_ns = harness.now_ns()
+    with measuring_quietly():
+        runq_before = sum(sched_ns(pid)[1] for pid in workers_now)
+        first, counts, client_cpu = CpuMark.now(root), [len(s.latencies) for s in streams], own_cpu_s()
+        # This loop just walked /proc and collected its garbage (tens of ms each): the deltas
+        # those held back are read before the latency window opens, not counted in it.
+        await asyncio.sleep(CLIENT_SETTLE_S)
+        first_ns = harness.now_ns()
+        rss_peak = sandboxes_peak = 0.0
+        window_end = time.monotonic() + args.window
+        while time.monotonic() < window_end and not any(s.done for s in streams):
+            await asyncio.sleep(0.25)
+            # A walk of /proc (some 600 processes under this load) takes tens of ms: on
+            # this loop it held every stream's next read, and each walk showed up as a
+            # 40-50 ms latency spike on every run, the server's p99 in all but name.
+            app_rss, sandboxes_rss = await asyncio.to_thread(rss_split, root)
+            rss_peak, sandboxes_peak = max(rss_peak, app_rss), max(sandboxes_peak, sandboxes_rss)
+        # Deltas held back by this walk are read after last_ns, so out of the window too.
+        last, client_cpu = CpuMark.now(root), own_cpu_s() - client_cpu
+        runq_s = (sum(sched_ns(pid)[1] for pid in workers_now) - runq_before) / 1e9
+        last_ns = harness.now_ns()
     stop_probe.set()
     await prober
     for profiler in profilers:
