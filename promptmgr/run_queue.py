@@ -35,6 +35,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import uuid
+from collections.abc import Iterable
 from typing import Any
 
 import dramatiq
@@ -56,8 +58,16 @@ ACTOR_NAME = "run"
 # Dramatiq's idle consumer sleeps up to this between looks at the queue. The wait that
 # matters is on the wake list (``WakingRedisBroker``), so this stays short.
 POLL_MS = 20
-# How long an idle consumer parks on the wake list per look: a sent run wakes it at once.
-WAKE_WAIT_SECONDS = 0.5
+# How long an idle consumer parks on the wake list per look: a sent run wakes it at once,
+# and its worker's stop ends the look (``WakingRedisBroker.nudge``). Each look is a Lua
+# fetch and a few wake-ups of the consumer's thread: at 0.5 s the two consumers (the
+# queue's and its delay queue's) were 4.5 of the 10.5 ms of CPU a second an idle worker
+# spent. Dramatiq's broker heartbeat rides on the fetch, far inside HEARTBEAT_TIMEOUT_MS;
+# a run slot acknowledges its message itself (Dramatiq 2), so no acknowledgement waits for
+# a look; and the app sends no delayed messages, which a parked consumer would hold back.
+WAKE_WAIT_SECONDS = 5.0
+# A parked look's read waits this much longer than the look itself before it fails.
+PARK_READ_MARGIN_SECONDS = 5.0
 # How long an idle worker thread (a run slot) waits for its next run before it looks
 # whether the worker is stopping or pausing. Dramatiq gives its threads the consumer's
 # POLL_MS, and a wake-up 50 times a second in each of RUN_WORKER_CONCURRENCY threads was
@@ -122,15 +132,28 @@ class WakingRedisBroker(RedisBroker):
         # per queue (each queue has one consumer thread), so the shared pool, which the
         # sends and acknowledgements use, does not grow and shrink with the parking.
         self._parking: dict[str, redis.Redis] = {}
+        # Where ``nudge`` reaches this broker's own consumers (the wake list is every worker's).
+        self._nudge_key = f"{wake_key}:nudge:{uuid.uuid4().hex}"
 
     def enqueue(self, message: dramatiq.Message[Any], *, delay: int | None = None) -> dramatiq.Message[Any]:
         enqueued = super().enqueue(message, delay=delay)
-        wake_key = self._wake_key(enqueued.queue_name)
-        pipe = self.client.pipeline(transaction=False)
-        pipe.lpush(wake_key, 1)
-        pipe.expire(wake_key, WAKE_TTL_SECONDS)
-        pipe.execute()
+        self._push(self._wake_key(enqueued.queue_name))
         return enqueued
+
+    def do_requeue(self, queue_name: str, *message_ids: str) -> Any:
+        # A stopping worker gives back the runs it fetched and never started: another
+        # worker takes them at once, not at the end of its parked look.
+        requeue = RedisBroker.__getattr__(self, "do_requeue")  # type: ignore[no-untyped-call]
+        result = requeue(queue_name, *message_ids)
+        self._push(self._wake_key(queue_name))
+        return result
+
+    def _push(self, *keys: str) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.lpush(key, 1)
+            pipe.expire(key, WAKE_TTL_SECONDS)
+        pipe.execute()
 
     def _wake_key(self, queue_name: str) -> str:
         # One list per queue: the worker's consumer of the delay queue must not take a wake-up
@@ -142,11 +165,25 @@ class WakingRedisBroker(RedisBroker):
         # this method now hides.
         fetch = RedisBroker.__getattr__(self, "do_fetch")  # type: ignore[no-untyped-call]
         messages: list[bytes] = fetch(queue_name, count)
-        if not messages and self._parked(queue_name).blpop(
-            [self._wake_key(queue_name)], timeout=WAKE_WAIT_SECONDS
-        ):
-            messages = fetch(queue_name, count)
-        return messages
+        if messages:
+            return messages
+        nudge_key = self._nudge_key_of(queue_name)
+        woken = self._parked(queue_name).blpop(
+            [self._wake_key(queue_name), nudge_key], timeout=WAKE_WAIT_SECONDS
+        )
+        if woken is None or woken[0] == nudge_key.encode():  # this client returns bytes
+            # Nothing sent, or a nudge: the worker stops (a fetch would take runs it never starts).
+            return []
+        fetched: list[bytes] = fetch(queue_name, count)
+        return fetched
+
+    def nudge(self, queue_names: Iterable[str]) -> None:
+        """End the parked look (the one under way, else the next) of this broker's consumers
+        of ``queue_names``, empty: their loop runs once more before they look again."""
+        self._push(*(self._nudge_key_of(queue_name) for queue_name in queue_names))
+
+    def _nudge_key_of(self, queue_name: str) -> str:
+        return f"{self._nudge_key}:{queue_name}"
 
     def _parked(self, queue_name: str) -> redis.Redis:
         client = self._parking.get(queue_name)
@@ -154,7 +191,11 @@ class WakingRedisBroker(RedisBroker):
             # A pool of its own (one connection in it): a pooled connection is checked and
             # reconnected when taken, so a Redis restart costs no error (a single-connection
             # client raised one on its stale socket: a second outage warning).
-            client = self._parking[queue_name] = redis.Redis.from_url(self.url)
+            # redis-py reads with a 5 s timeout by default, which a longer park would hit
+            # (an error, not an empty look): its reads wait past the park's end instead.
+            client = self._parking[queue_name] = redis.Redis.from_url(
+                self.url, socket_timeout=WAKE_WAIT_SECONDS + PARK_READ_MARGIN_SECONDS
+            )
         return client
 
     def close(self) -> None:
@@ -214,6 +255,16 @@ class RunWorker(dramatiq.Worker):
         for item in left:
             if item.message is not _STOP_WAITING:
                 self.work_queue.put(item)
+        # The slots are done, so the consumers' heartbeats are no longer needed: mark them
+        # stopped (as Dramatiq's stop does next) and nudge them, so the stop does not wait
+        # out their parked looks (WAKE_WAIT_SECONDS).
+        for consumer in self.consumers.values():
+            consumer.stop()
+        if isinstance(self.broker, WakingRedisBroker):
+            try:
+                self.broker.nudge(self.consumers)
+            except redis.RedisError as error:
+                outage_seen(error)  # the parked looks end by their timeout (or their error)
         super().stop(timeout)
 
 

@@ -3,7 +3,8 @@ and its idle run slots wait for a run without waking every poll, and stop waitin
 moment the worker stops (``RunWorker``).
 
 Dramatiq's Redis consumer polls; here an idle one parks on a wake list between looks, and
-a send pushes to it. Real Redis; the actor only records that it ran.
+a send (or a stopping worker's give-back) pushes to it; a stopping worker ends its own
+consumers' looks. Real Redis; the actor only records that it ran.
 """
 
 from __future__ import annotations
@@ -102,6 +103,76 @@ def test_a_stopping_worker_ends_its_idle_slots_at_once_instead_of_after_their_wa
     assert not any(thread.is_alive() for thread in worker.workers)
 
 
+def test_a_parked_look_longer_than_redis_pys_read_timeout_ends_empty_not_in_an_error(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # redis-py reads with a 5 s timeout by default; a look parked longer must outlast it.
+    monkeypatch.setattr(run_queue, "WAKE_WAIT_SECONDS", 6.0)
+    started = time.monotonic()
+
+    fetched = probe.broker.do_fetch("runs", 1)
+
+    assert fetched == []
+    assert time.monotonic() - started >= 5.9
+
+
+def test_a_stopping_worker_ends_its_consumers_parked_looks_at_once_and_fetches_nothing_more(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Parked consumers wait long (an idle worker's CPU), so a stop must not wait out a look.
+    monkeypatch.setattr(run_queue, "WAKE_WAIT_SECONDS", 60.0)
+    worker = run_queue.RunWorker(
+        probe.broker, queues={"runs"}, worker_timeout=run_queue.POLL_MS, worker_threads=2
+    )
+    worker.start()
+    time.sleep(0.5)  # both consumers (the queue's and its delay queue's) have parked
+    started = time.monotonic()
+
+    worker.stop(timeout=120_000)
+
+    assert time.monotonic() - started < 4, "the stop waited out the consumers' parked looks"
+    assert not any(consumer.is_alive() for consumer in worker.consumers.values())
+    # The stop's wake-ups were taken by this broker's own consumers, and none was left on
+    # the wake list every worker shares.
+    client = probe.broker.client
+    assert client.llen(probe.broker._wake_key("runs")) == 0
+    assert client.keys(f"{probe.broker._nudge_key}*") == []
+    # A run sent after the stop waits on the queue for another worker: nobody fetched it.
+    probe.actor.send(time.monotonic())
+    assert not probe.ran.wait(timeout=1.0)
+    assert client.llen(f"{probe.broker.namespace}:runs") == 1
+
+
+def test_a_finished_run_is_acknowledged_at_once_not_when_its_consumers_parked_look_ends(
+    probe: Probe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pins Dramatiq's behaviour that the long park relies on: the run slot acknowledges.
+    monkeypatch.setattr(run_queue, "WAKE_WAIT_SECONDS", 60.0)
+    finished = threading.Event()
+
+    def run(sent: float) -> None:
+        time.sleep(0.5)  # meanwhile its consumer, with a slot free, parks again
+        finished.set()
+
+    dramatiq.Actor(run, broker=probe.broker, actor_name="slow", queue_name="slow", priority=0, options={})
+    worker = run_queue.RunWorker(
+        probe.broker, queues={"slow"}, worker_timeout=run_queue.POLL_MS, worker_threads=2
+    )
+    worker.start()
+    try:
+        time.sleep(0.5)  # parked
+        probe.broker.get_actor("slow").send(time.monotonic())
+        assert finished.wait(timeout=3.0)
+        held = f"{probe.broker.namespace}:slow.msgs"
+        deadline = time.monotonic() + 3
+        while probe.broker.client.hlen(held) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # Unacknowledged, a worker killed now would have the run delivered again.
+        assert probe.broker.client.hlen(held) == 0, "the run's message waited for the parked look"
+    finally:
+        worker.stop(timeout=10_000)
+
+
 def test_a_run_fetched_but_not_started_when_the_worker_stops_goes_back_to_the_queue(
     probe: Probe, settings: Any
 ) -> None:
@@ -140,3 +211,65 @@ def test_a_run_fetched_but_not_started_when_the_worker_stops_goes_back_to_the_qu
     stored = probe.broker.client.hvals(f"{namespace}:busy.msgs")
     assert len(queued) == 1 and len(stored) == 1, (queued, stored)
     assert json.loads(stored[0])["args"] == [2.0]
+
+
+def test_a_run_a_stopping_worker_gives_back_wakes_another_idle_worker_at_once(
+    probe: Probe, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The other worker's consumer is parked for far longer than the test waits.
+    monkeypatch.setattr(run_queue, "WAKE_WAIT_SECONDS", 60.0)
+    release, started = threading.Event(), threading.Event()
+    ran: list[tuple[float, threading.Thread]] = []
+
+    def run(sent: float) -> None:
+        ran.append((sent, threading.current_thread()))
+        started.set()
+        release.wait(timeout=30)
+
+    def broker() -> run_queue.WakingRedisBroker:
+        # One broker per worker, as each worker process has its own.
+        made = run_queue.WakingRedisBroker(
+            wake_key=f"{probe.broker.namespace}:wake",
+            url=settings.REDIS_URL,
+            namespace=probe.broker.namespace,
+            middleware=[Retries(max_retries=0)],
+        )
+        dramatiq.Actor(run, broker=made, actor_name="busy", queue_name="busy", priority=0, options={})
+        return made
+
+    first_broker, other_broker = broker(), broker()
+    first = run_queue.RunWorker(
+        first_broker, queues={"busy"}, worker_timeout=run_queue.POLL_MS, worker_threads=1
+    )
+    first.queue_prefetch = 2
+    first.start()
+    other = None
+    try:
+        first_broker.get_actor("busy").send(1.0)
+        first_broker.get_actor("busy").send(2.0)
+        assert started.wait(timeout=5)
+        deadline = time.monotonic() + 5
+        while first.work_queue.qsize() < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)  # the first worker holds the second run too
+        other = run_queue.RunWorker(
+            other_broker, queues={"busy"}, worker_timeout=run_queue.POLL_MS, worker_threads=1
+        )
+        other.start()
+        time.sleep(0.5)  # the other worker found nothing and parked
+        stopping = threading.Thread(target=first.stop, kwargs={"timeout": 30_000})
+        stopping.start()
+        time.sleep(0.3)
+        release.set()
+        stopping.join(timeout=30)
+        given_back = time.monotonic()
+        deadline = given_back + 5
+        while len(ran) < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [sent for sent, _thread in ran] == [1.0, 2.0], "the run given back waited for a parked look"
+        assert ran[1][1] in other.workers
+    finally:
+        release.set()
+        if other is not None:
+            other.stop(timeout=30_000)
+        first_broker.close()
+        other_broker.close()
