@@ -33,16 +33,44 @@ class Probe:
     ran: threading.Event
 
 
+def make_broker(namespace: str, url: str) -> run_queue.WakingRedisBroker:
+    """A broker on ``namespace`` (each worker process has one of its own)."""
+    return run_queue.WakingRedisBroker(
+        wake_key=f"{namespace}:wake", url=url, namespace=namespace, middleware=[Retries(max_retries=0)]
+    )
+
+
+def started_worker(
+    broker: dramatiq.Broker, queue: str, *, slots: int, prefetch: int | None = None
+) -> run_queue.RunWorker:
+    """A started run worker on ``queue`` with ``slots`` run slots, as ``RunQueue`` makes one."""
+    worker = run_queue.RunWorker(
+        broker, queues={queue}, worker_timeout=run_queue.POLL_MS, worker_threads=slots
+    )
+    if prefetch is not None:
+        worker.queue_prefetch = prefetch
+    worker.start()
+    return worker
+
+
+def hold_two_runs(
+    worker: dramatiq.Worker, actor: dramatiq.Actor[[float], None], started: threading.Event
+) -> None:
+    """Send runs 1.0 and 2.0 to a one-slot ``worker`` that prefetches two: it runs the first
+    (``started``) and holds the second on its work queue."""
+    actor.send(1.0)
+    actor.send(2.0)
+    assert started.wait(timeout=5)
+    deadline = time.monotonic() + 5
+    while worker.work_queue.qsize() < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)  # the consumer has fetched the second run too
+
+
 @pytest.fixture
 def probe(settings: Any) -> Iterator[Probe]:
     """A broker on a namespace of this test's own, and an actor that records that it ran."""
-    namespace = f"{settings.REDIS_KEY_PREFIX}:wake-test-{os.getpid()}"
-    broker = run_queue.WakingRedisBroker(
-        wake_key=f"{namespace}:wake",
-        url=settings.REDIS_URL,
-        namespace=namespace,
-        middleware=[Retries(max_retries=0)],
-    )
+    broker = make_broker(f"{settings.REDIS_KEY_PREFIX}:wake-test-{os.getpid()}", settings.REDIS_URL)
+    namespace = broker.namespace
     ran = threading.Event()
     actor: dramatiq.Actor[[float], None] = dramatiq.Actor(
         lambda sent: ran.set(), broker=broker, actor_name="probe", queue_name="runs", priority=0, options={}
@@ -75,10 +103,7 @@ def test_idle_run_slots_wait_long_for_a_run_and_still_take_a_sent_one_at_once(
     # Idle run slots must not wake every POLL_MS (that was most of an idle web process's
     # CPU); a sent run must still reach one at once, not after its wait.
     monkeypatch.setattr(run_queue, "SLOT_WAIT_MS", 4_000)
-    worker = run_queue.RunWorker(
-        probe.broker, queues={"runs"}, worker_timeout=run_queue.POLL_MS, worker_threads=4
-    )
-    worker.start()
+    worker = started_worker(probe.broker, "runs", slots=4)
     try:
         assert [thread.timeout for thread in worker.workers] == [4.0] * 4
         assert all(consumer.worker_timeout == run_queue.POLL_MS for consumer in worker.consumers.values())
@@ -90,10 +115,7 @@ def test_idle_run_slots_wait_long_for_a_run_and_still_take_a_sent_one_at_once(
 
 
 def test_a_stopping_worker_ends_its_idle_slots_at_once_instead_of_after_their_wait(probe: Probe) -> None:
-    worker = run_queue.RunWorker(
-        probe.broker, queues={"runs"}, worker_timeout=run_queue.POLL_MS, worker_threads=4
-    )
-    worker.start()
+    worker = started_worker(probe.broker, "runs", slots=4)
     time.sleep(0.5)  # every slot waits on the empty work queue, for SLOT_WAIT_MS (30 s)
     started = time.monotonic()
 
@@ -121,10 +143,7 @@ def test_a_stopping_worker_ends_its_consumers_parked_looks_at_once_and_fetches_n
 ) -> None:
     # Parked consumers wait long (an idle worker's CPU), so a stop must not wait out a look.
     monkeypatch.setattr(run_queue, "WAKE_WAIT_SECONDS", 60.0)
-    worker = run_queue.RunWorker(
-        probe.broker, queues={"runs"}, worker_timeout=run_queue.POLL_MS, worker_threads=2
-    )
-    worker.start()
+    worker = started_worker(probe.broker, "runs", slots=2)
     time.sleep(0.5)  # both consumers (the queue's and its delay queue's) have parked
     started = time.monotonic()
 
@@ -155,10 +174,7 @@ def test_a_finished_run_is_acknowledged_at_once_not_when_its_consumers_parked_lo
         finished.set()
 
     dramatiq.Actor(run, broker=probe.broker, actor_name="slow", queue_name="slow", priority=0, options={})
-    worker = run_queue.RunWorker(
-        probe.broker, queues={"slow"}, worker_timeout=run_queue.POLL_MS, worker_threads=2
-    )
-    worker.start()
+    worker = started_worker(probe.broker, "slow", slots=2)
     try:
         time.sleep(0.5)  # parked
         probe.broker.get_actor("slow").send(time.monotonic())
@@ -186,18 +202,9 @@ def test_a_run_fetched_but_not_started_when_the_worker_stops_goes_back_to_the_qu
 
     dramatiq.Actor(run, broker=probe.broker, actor_name="busy", queue_name="busy", priority=0, options={})
     busy = probe.broker.get_actor("busy")
-    worker = run_queue.RunWorker(
-        probe.broker, queues={"busy"}, worker_timeout=run_queue.POLL_MS, worker_threads=1
-    )
-    worker.queue_prefetch = 2
-    worker.start()
+    worker = started_worker(probe.broker, "busy", slots=1, prefetch=2)
     try:
-        busy.send(1.0)
-        busy.send(2.0)
-        assert started.wait(timeout=5)
-        deadline = time.monotonic() + 5
-        while worker.work_queue.qsize() < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)  # the consumer has fetched the second run too
+        hold_two_runs(worker, busy, started)
         stopping = threading.Thread(target=worker.stop, kwargs={"timeout": 30_000})
         stopping.start()
         time.sleep(0.3)
@@ -228,33 +235,16 @@ def test_a_run_a_stopping_worker_gives_back_wakes_another_idle_worker_at_once(
 
     def broker() -> run_queue.WakingRedisBroker:
         # One broker per worker, as each worker process has its own.
-        made = run_queue.WakingRedisBroker(
-            wake_key=f"{probe.broker.namespace}:wake",
-            url=settings.REDIS_URL,
-            namespace=probe.broker.namespace,
-            middleware=[Retries(max_retries=0)],
-        )
+        made = make_broker(probe.broker.namespace, settings.REDIS_URL)
         dramatiq.Actor(run, broker=made, actor_name="busy", queue_name="busy", priority=0, options={})
         return made
 
     first_broker, other_broker = broker(), broker()
-    first = run_queue.RunWorker(
-        first_broker, queues={"busy"}, worker_timeout=run_queue.POLL_MS, worker_threads=1
-    )
-    first.queue_prefetch = 2
-    first.start()
+    first = started_worker(first_broker, "busy", slots=1, prefetch=2)
     other = None
     try:
-        first_broker.get_actor("busy").send(1.0)
-        first_broker.get_actor("busy").send(2.0)
-        assert started.wait(timeout=5)
-        deadline = time.monotonic() + 5
-        while first.work_queue.qsize() < 1 and time.monotonic() < deadline:
-            time.sleep(0.02)  # the first worker holds the second run too
-        other = run_queue.RunWorker(
-            other_broker, queues={"busy"}, worker_timeout=run_queue.POLL_MS, worker_threads=1
-        )
-        other.start()
+        hold_two_runs(first, first_broker.get_actor("busy"), started)
+        other = started_worker(other_broker, "busy", slots=1)
         time.sleep(0.5)  # the other worker found nothing and parked
         stopping = threading.Thread(target=first.stop, kwargs={"timeout": 30_000})
         stopping.start()
