@@ -46,8 +46,11 @@ SOCKET_TIMEOUT = 65
 # redis-py's costly Connection set-up (4% of the worker's samples); at 32, none.
 MAX_IDLE_CONNECTIONS = 32
 # Past this many, an idle connection unused for IDLE_CLOSE_SECONDS is closed, so a crowd
-# that has gone leaves no connections behind (bench/streams_footprint.py).
-KEEP_IDLE_CONNECTIONS = 4
+# that has gone leaves no connections behind (bench/streams_footprint.py). One: what a
+# worker at rest needs (its few periodic commands come one at a time). With 4, a pool at
+# rest held as many as its past had needed at once, up to 4: 2 after a gentle warm-up on a
+# busy machine, 4 after any crowd, and the footprint test read that as connections left.
+KEEP_IDLE_CONNECTIONS = 1
 IDLE_CLOSE_SECONDS = 3.0
 
 MSG_NO_INSTANCE = (
