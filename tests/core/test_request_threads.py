@@ -103,3 +103,35 @@ async def test_the_csrf_check_runs_on_the_event_loop_and_still_refuses_a_post_wi
     # A form post (the sign-in page) with no CSRF cookie and no token.
     assert await get(handler, method="POST") == 403
     assert checked_on == [threading.current_thread()]  # no hand-over to a request thread
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_threads_a_crowd_used_close_their_database_connections_once_idle_but_the_next_one_lent(
+    monkeypatch: pytest.MonkeyPatch, request_threads: list[tuple[threading.Thread, Any]]
+) -> None:
+    monkeypatch.setattr("promptmgr.request_threads.IDLE_CLOSE_SECONDS", 0.2)
+    handler = PooledThreadHandler(3)
+
+    def connected() -> bool:
+        return connection.connection is not None
+
+    async def connected_threads() -> list[bool]:
+        # Asked on each idle thread itself: Django's connections are per thread.
+        return [await asyncio.wrap_future(e.submit(connected)) for e in handler._idle]
+
+    # Three at once, each on a pooled thread of its own, each connected (request_threads).
+    assert await asyncio.gather(*(get(handler) for _ in range(3))) == [200] * 3
+    assert await connected_threads() == [True, True, True]
+
+    # Idle for less than the time: nothing is closed yet.
+    await asyncio.sleep(0.1)
+    assert await connected_threads() == [True, True, True]
+
+    # Then nobody comes: only the thread lent next keeps its connection.
+    await asyncio.sleep(0.5)
+    assert await connected_threads() == [False, False, True]
+    # And a request on a closed one connects again.
+    assert await asyncio.gather(*(get(handler) for _ in range(3))) == [200] * 3
+    assert await connected_threads() == [True, True, True]
+    for executor in handler._idle:
+        executor.shutdown()
