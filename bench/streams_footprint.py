@@ -48,8 +48,9 @@ TOLERANCE = 0.10
 # +0.2 to +1.2 MiB).
 SECOND_CROWD_RSS_MIB = 4.0
 # How long the footprint must hold still to count as settled (``settled``): longer than a
-# pool's trim can take to close an idle connection (unused for IDLE_CLOSE_SECONDS, looked
-# at again as long after), and the resident size moving less than this meanwhile.
+# trim can take to close an idle connection (unused for IDLE_CLOSE_SECONDS, looked at again
+# as long after; the Redis pools' and the request threads' database connections alike),
+# and the resident size moving less than this meanwhile.
 STILL_SECONDS = 2 * IDLE_CLOSE_SECONDS + 1
 RSS_STILL_MIB = 0.5
 

@@ -33,8 +33,9 @@ from django.db import connections
 from core.middleware import InlineViewStepsMixin
 
 # How long a pooled thread other than the next one to lend stays idle before it closes its
-# database connection (the same rest as core.redis.IDLE_CLOSE_SECONDS).
-IDLE_CLOSE_SECONDS = 3.0
+# database connection: the rest the Redis pools give an idle connection too, so one figure
+# says when a worker's idle connections are gone (bench/streams_footprint.py waits for it).
+from core.redis import IDLE_CLOSE_SECONDS
 
 
 class PooledThreadHandler(InlineViewStepsMixin, ASGIHandler):
