@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from askuser import facade as askuser
 from core import events
-from core.redis import get_redis, outage_over, outage_seconds, outage_seen
+from core.redis import close_idle_sync_connections, get_redis, outage_over, outage_seconds, outage_seen
 
 from . import live, run_sandbox, sandbox
 from .event_history import persist_events
@@ -163,6 +163,8 @@ def recover_orphaned_runs() -> list[int]:
         outage_seen(exc)  # one warning per outage (core.redis), not one per sweep
     else:
         outage_over()
+    finally:
+        close_idle_sync_connections()  # the next sweep is 10 s away
     if recovered:
         logger.warning("marked %d orphaned runs as failed: %s", len(recovered), recovered)
     _remove_leftovers()
