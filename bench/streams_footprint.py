@@ -16,7 +16,8 @@ streams keep would grow there, an allocator's high-water mark (reached once) wou
 
 The footprint of the worker process: its threads, open file descriptors and resident
 size (``/proc/PID``), and its TCP connections to Redis (its sockets whose peer is the
-Redis port, matched by inode in ``/proc/PID/net/tcp``).
+Redis port, matched by inode in ``/proc/PID/net/tcp``), also counted by the client name
+each holds in Redis's ``CLIENT LIST``.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 import httpx
+import redis
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -61,6 +64,9 @@ class Footprint:
     fds: int
     rss_mib: float
     redis_connections: int
+    # The same connections by client name (CLIENT SETNAME: core.redis, core.events,
+    # promptmgr.run_queue), so a connection left behind shows which part of the worker holds it.
+    redis_clients: dict[str, int]
 
 
 def _socket_inodes(pid: int) -> set[str]:
@@ -75,10 +81,10 @@ def _socket_inodes(pid: int) -> set[str]:
     return inodes
 
 
-def _connections_to(pid: int, port: int) -> int:
-    """The process's established TCP connections whose peer listens on ``port``."""
+def _local_ports_to(pid: int, port: int) -> list[int]:
+    """The local ports of the process's established TCP connections whose peer listens on ``port``."""
     inodes = _socket_inodes(pid)
-    count = 0
+    ports = []
     for table_name in ("tcp", "tcp6"):
         try:
             lines = Path(f"/proc/{pid}/net/{table_name}").read_text().splitlines()[1:]
@@ -89,23 +95,33 @@ def _connections_to(pid: int, port: int) -> int:
             remote_port = int(fields[2].rsplit(":", 1)[1], 16)
             established = fields[3] == "01"
             if established and remote_port == port and fields[9] in inodes:
-                count += 1
-    return count
+                ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
-def footprint(pid: int, redis_port: int) -> Footprint:
+def _client_names(redis_url: str, local_ports: list[int]) -> dict[str, int]:
+    """How many of these connections (by local port) each client name holds, as Redis sees them."""
+    with redis.Redis.from_url(redis_url, decode_responses=True) as client:
+        names = {int(c["addr"].rsplit(":", 1)[1]): c["name"] or "(unnamed)" for c in client.client_list()}
+    # A connection Redis has not listed yet (opened this instant) counts as unnamed.
+    return dict(sorted(Counter(names.get(port, "(unnamed)") for port in local_ports).items()))
+
+
+def footprint(pid: int, redis_url: str) -> Footprint:
     status = dict(
         line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
     )
+    ports = _local_ports_to(pid, urlparse(redis_url).port or 6379)
     return Footprint(
         threads=int(status["Threads"]),
         fds=len(os.listdir(f"/proc/{pid}/fd")),
         rss_mib=round(int(status["VmRSS"].split()[0]) / 1024, 1),
-        redis_connections=_connections_to(pid, redis_port),
+        redis_connections=len(ports),
+        redis_clients=_client_names(redis_url, ports),
     )
 
 
-def settled(pid: int, redis_port: int, *, seconds: float = 6.0) -> Footprint:
+def settled(pid: int, redis_url: str, *, seconds: float = 6.0) -> Footprint:
     """The footprint once it stops moving: closed sockets, ended threads and the worker's
     clean-up after its last stream (a few seconds later) take a moment.
 
@@ -115,12 +131,12 @@ def settled(pid: int, redis_port: int, *, seconds: float = 6.0) -> Footprint:
     that clean-up ends after the first sleep; still for one second, the footprint showed
     that connection as one left behind (4 Redis connections at rest, 5 after a crowd)."""
     time.sleep(seconds)
-    last = footprint(pid, redis_port)
+    last = footprint(pid, redis_url)
     still_since, still_rss = time.monotonic(), last.rss_mib
     deadline = time.monotonic() + seconds * 2 + STILL_SECONDS * 2
     while time.monotonic() < deadline:
         time.sleep(1)
-        now = footprint(pid, redis_port)
+        now = footprint(pid, redis_url)
         counts = (now.threads, now.fds, now.redis_connections)
         if (
             counts != (last.threads, last.fds, last.redis_connections)
@@ -161,7 +177,6 @@ async def _runs_with_streams(
     """``--runs`` runs at once, ``streams`` clients spread over them, each read to ``done``;
     returns the footprint while all clients were connected, and the events they received."""
     pid = stack.app_pid
-    redis_port = urlparse(stack.redis_url).port or 6379
     urls = [
         await app_client.start_run(client, stack.project_id, paced_script(args.deltas, args.pace_ms))
         for _ in range(args.runs)
@@ -174,7 +189,7 @@ async def _runs_with_streams(
     await asyncio.wait_for(asyncio.gather(*(o.wait() for o in opened)), timeout=60)
     # Every client is connected and every run streams: the footprint under load.
     await asyncio.sleep(1)
-    peak = await asyncio.to_thread(footprint, pid, redis_port)
+    peak = await asyncio.to_thread(footprint, pid, stack.redis_url)
     return peak, sum(await asyncio.gather(*readers))
 
 
@@ -193,20 +208,19 @@ class Results:
 
 async def measure(stack: harness.Stack, args: argparse.Namespace) -> Results:
     pid = stack.app_pid
-    redis_port = urlparse(stack.redis_url).port or 6379
     client = await app_client.login(stack.app_url)
     try:
         # Warm-up: the same runs, each watched by one client. What runs leave warm (the
         # CLI's spawn path, the Markdown renderer, SQLite's page cache, executor threads)
         # is no cost of the streams, so it belongs to the idle footprint.
         await _runs_with_streams(stack, client, args, streams=args.runs)
-        idle = await asyncio.to_thread(settled, pid, redis_port)
+        idle = await asyncio.to_thread(settled, pid, stack.redis_url)
         started = time.monotonic()
         peak, received = await _runs_with_streams(stack, client, args, streams=args.streams)
         seconds = time.monotonic() - started
-        after = await asyncio.to_thread(settled, pid, redis_port)
+        after = await asyncio.to_thread(settled, pid, stack.redis_url)
         await _runs_with_streams(stack, client, args, streams=args.streams)
-        after_again = await asyncio.to_thread(settled, pid, redis_port)
+        after_again = await asyncio.to_thread(settled, pid, stack.redis_url)
     finally:
         await client.aclose()
     return Results(idle, peak, after, after_again, args.streams, args.runs, received, seconds)
@@ -239,6 +253,12 @@ def report(results: Results) -> None:
                 str(again),
             ]
         )
+    for label, left in (
+        ("idle", results.idle),
+        ("all closed", results.after),
+        ("again", results.after_again),
+    ):
+        print(f"Redis connections {label}: {left.redis_clients}")
     print(
         table(
             [

@@ -36,6 +36,13 @@ _instance_uid: str | None = None
 
 logger = logging.getLogger(__name__)
 
+# Every connection names the client it belongs to (``CLIENT SETNAME``, one round trip
+# per connect), so ``CLIENT LIST`` tells which part of a worker holds which connection:
+# bench/streams_footprint.py counts a worker's connections by these names.
+CLIENT_SYNC = "pm-sync"  # get_redis: the sweep, management commands
+CLIENT_LOOP = "pm-loop"  # get_async_redis: an event loop's pool
+CLIENT_NAME_PREFIX = "pm-"
+
 # Above the longest blocking call we make (the 25 s long-poll, the SSE heartbeat wait);
 # redis-py's own default of 5 s would cut those off.
 SOCKET_TIMEOUT = 65
@@ -98,7 +105,11 @@ def get_redis() -> redis.Redis:
     global _sync_client
     if _sync_client is None:
         _sync_client = redis.Redis.from_url(
-            settings.REDIS_URL, decode_responses=True, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5
+            settings.REDIS_URL,
+            decode_responses=True,
+            socket_timeout=SOCKET_TIMEOUT,
+            socket_connect_timeout=5,
+            client_name=CLIENT_SYNC,
         )
     return _sync_client
 
@@ -226,6 +237,7 @@ def _async_client(_loop: asyncio.AbstractEventLoop) -> aredis.Redis:
         settings.REDIS_URL,
         # Each ask-user long-poll holds a connection while it blocks.
         max_connections=settings.REDIS_MAX_CONNECTIONS,
+        client_name=CLIENT_LOOP,
         **_client_options(),
     )
     return aredis.Redis(connection_pool=pool)
@@ -240,13 +252,16 @@ def get_async_redis() -> aredis.Redis:
     return _async_clients.get()
 
 
-def blocking_client() -> aredis.Redis:
+def blocking_client(name: str) -> aredis.Redis:
     """A client with a connection of its own, for a long blocking read; ``aclose()`` it.
+    ``name`` (``CLIENT_NAME_PREFIX`` and what reads) names its connection in ``CLIENT LIST``.
 
     A blocked read holds its connection for seconds; taken from the shared pool, such
     connections would stay open there long after their readers left.
     """
-    return aredis.Redis.from_url(settings.REDIS_URL, single_connection_client=True, **_client_options())
+    return aredis.Redis.from_url(
+        settings.REDIS_URL, single_connection_client=True, client_name=name, **_client_options()
+    )
 
 
 # --- Outages ------------------------------------------------------------------------------
