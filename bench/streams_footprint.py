@@ -17,7 +17,7 @@ streams keep would grow there, an allocator's high-water mark (reached once) wou
 The footprint of the worker process: its threads, open file descriptors and resident
 size (``/proc/PID``), and its TCP connections to Redis (its sockets whose peer is the
 Redis port, matched by inode in ``/proc/PID/net/tcp``), also counted by the client name
-each holds in Redis's ``CLIENT LIST``.
+each holds in Redis's ``CLIENT LIST`` (the app runs with ``REDIS_CLIENT_NAMES`` on).
 """
 
 from __future__ import annotations
@@ -294,7 +294,14 @@ def main() -> None:
 
     print(f"SSE stream footprint on {harness.machine()}; setting up a private stack …", flush=True)
     with harness.Stack.create(name="footprint", ask_user=False) as stack:
-        stack.start_app({"RUNS_PER_USER": str(args.runs), "RUNS_GLOBAL": str(max(args.runs, 20))})
+        stack.start_app(
+            {
+                "RUNS_PER_USER": str(args.runs),
+                "RUNS_GLOBAL": str(max(args.runs, 20)),
+                # Connections named by client, for the count by name (core.redis).
+                "REDIS_CLIENT_NAMES": "1",
+            }
+        )
         results = asyncio.run(measure(stack, args))
     report(results)
     if args.json:

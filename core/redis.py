@@ -36,9 +36,9 @@ _instance_uid: str | None = None
 
 logger = logging.getLogger(__name__)
 
-# Every connection names the client it belongs to (``CLIENT SETNAME``, one round trip
-# per connect), so ``CLIENT LIST`` tells which part of a worker holds which connection:
-# bench/streams_footprint.py counts a worker's connections by these names.
+# With ``REDIS_CLIENT_NAMES`` on, every connection names the client it belongs to
+# (``CLIENT SETNAME``, one round trip per connect), so ``CLIENT LIST`` tells which part of
+# a worker holds which connection: bench/streams_footprint.py counts them by these names.
 CLIENT_SYNC = "pm-sync"  # get_redis: the sweep, management commands
 CLIENT_LOOP = "pm-loop"  # get_async_redis: an event loop's pool
 CLIENT_NAME_PREFIX = "pm-"
@@ -100,6 +100,12 @@ def key_prefix() -> str:
     return f"{settings.REDIS_KEY_PREFIX}:{_instance()}"
 
 
+def client_name(name: str) -> str | None:
+    """``name`` for ``CLIENT SETNAME`` when ``REDIS_CLIENT_NAMES`` asks for names, else None
+    (a Redis whose ACL refuses CLIENT commands would refuse the connection)."""
+    return name if settings.REDIS_CLIENT_NAMES else None
+
+
 def get_redis() -> redis.Redis:
     """The process-wide synchronous client (management commands, sync services)."""
     global _sync_client
@@ -109,7 +115,7 @@ def get_redis() -> redis.Redis:
             decode_responses=True,
             socket_timeout=SOCKET_TIMEOUT,
             socket_connect_timeout=5,
-            client_name=CLIENT_SYNC,
+            client_name=client_name(CLIENT_SYNC),
         )
     return _sync_client
 
@@ -237,7 +243,7 @@ def _async_client(_loop: asyncio.AbstractEventLoop) -> aredis.Redis:
         settings.REDIS_URL,
         # Each ask-user long-poll holds a connection while it blocks.
         max_connections=settings.REDIS_MAX_CONNECTIONS,
-        client_name=CLIENT_LOOP,
+        client_name=client_name(CLIENT_LOOP),
         **_client_options(),
     )
     return aredis.Redis(connection_pool=pool)
@@ -260,7 +266,7 @@ def blocking_client(name: str) -> aredis.Redis:
     connections would stay open there long after their readers left.
     """
     return aredis.Redis.from_url(
-        settings.REDIS_URL, single_connection_client=True, client_name=name, **_client_options()
+        settings.REDIS_URL, single_connection_client=True, client_name=client_name(name), **_client_options()
     )
 
 

@@ -47,7 +47,7 @@ from dramatiq.common import iter_queue, join_all
 from dramatiq.middleware import Retries
 from dramatiq.worker import WorkerThread, _WorkQueueItem
 
-from core.redis import CLIENT_NAME_PREFIX, TrimmedSyncConnectionPool, outage_seen
+from core.redis import CLIENT_NAME_PREFIX, TrimmedSyncConnectionPool, client_name, outage_seen
 
 from . import live, runner
 
@@ -199,7 +199,7 @@ class WakingRedisBroker(RedisBroker):
             client = self._parking[queue_name] = redis.Redis.from_url(
                 self.url,
                 socket_timeout=WAKE_WAIT_SECONDS + PARK_READ_MARGIN_SECONDS,
-                client_name=CLIENT_PARKED,
+                client_name=client_name(CLIENT_PARKED),
             )
         return client
 
@@ -286,7 +286,7 @@ class RunQueue:
         self.draining = False
         self.worker: dramatiq.Worker | None = None
         pool = TrimmedSyncConnectionPool.from_url(
-            settings.REDIS_URL, max_idle=BROKER_IDLE_CONNECTIONS, client_name=CLIENT_BROKER
+            settings.REDIS_URL, max_idle=BROKER_IDLE_CONNECTIONS, client_name=client_name(CLIENT_BROKER)
         )
         self.broker = WakingRedisBroker(
             wake_key=f"{live.queue_namespace()}:wake",

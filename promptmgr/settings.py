@@ -260,6 +260,10 @@ REDIS_MAX_CONNECTIONS = envint("REDIS_MAX_CONNECTIONS", "2000", minimum=10, maxi
 # How long a run keeps its events while Redis is unreachable (then it fails), and how long
 # an open SSE stream waits for Redis (then it ends with a retry hint).
 REDIS_OUTAGE_SECONDS = envint("REDIS_OUTAGE_SECONDS", "60", minimum=1, maximum=3600)
+# Each connection names its part of the worker in Redis's CLIENT LIST (CLIENT SETNAME; the
+# footprint benchmark counts by these). Off by default: a Redis whose ACL refuses CLIENT
+# commands, as managed services may, would refuse every connection that names itself.
+REDIS_CLIENT_NAMES = envbool("REDIS_CLIENT_NAMES", "false")
 REDIS_URL = envurl("REDIS_URL", "redis://127.0.0.1:6379/0", schemes={"redis", "rediss", "unix"})
 STORAGE_ROOT = Path(envstr("STORAGE_ROOT", str(VAR_DIR / "storage")))
 # Per-run ask-user config files (secrets) live here, in 0700 directories.

@@ -111,3 +111,22 @@ def test_a_connection_released_closed_leaves_the_pool_so_the_few_kept_are_all_op
 
     kept, open_ = asyncio.run(scenario())
     assert kept == open_ == core_redis.KEEP_IDLE_CONNECTIONS
+
+
+def test_connections_name_their_client_in_redis_only_when_the_setting_asks(settings: Any) -> None:
+    async def loop_connection_name() -> str | None:
+        client = core_redis.get_async_redis()
+        name = await client.client_getname()
+        await client.aclose()
+        return None if name is None else str(name)
+
+    settings.REDIS_CLIENT_NAMES = True
+    core_redis.reset_clients()
+    assert core_redis.get_redis().client_getname() == core_redis.CLIENT_SYNC
+    assert asyncio.run(loop_connection_name()) == core_redis.CLIENT_LOOP
+
+    # Off (the default): a Redis that refuses CLIENT SETNAME still takes the connections.
+    settings.REDIS_CLIENT_NAMES = False
+    core_redis.reset_clients()
+    assert core_redis.get_redis().client_getname() is None
+    assert asyncio.run(loop_connection_name()) is None
