@@ -64,8 +64,8 @@ class Footprint:
     fds: int
     rss_mib: float
     redis_connections: int
-    # The same connections by client name (CLIENT SETNAME: core.redis, core.events,
-    # promptmgr.run_queue), so a connection left behind shows which part of the worker holds it.
+    # The same connections by name (CLIENT SETNAME: core.redis.connection_name), so a
+    # connection left behind shows which part of the worker holds it.
     redis_clients: dict[str, int]
 
 

@@ -21,7 +21,6 @@ import redis
 
 from .loops import PerLoop
 from .redis import (
-    CLIENT_NAME_PREFIX,
     blocking_client,
     decode_json,
     encode_json,
@@ -31,9 +30,6 @@ from .redis import (
     outage_over,
     outage_seen,
 )
-
-# The shared reader's connection, in CLIENT LIST.
-CLIENT_TAILS = f"{CLIENT_NAME_PREFIX}tails"
 
 # Retrying Redis after a failure: the first pause, doubled up to the last.
 BACKOFF_START = 0.25
@@ -508,7 +504,7 @@ class _TailHub:
             outage_seen(exc)  # the read fails too, and is sent again with the new tail
 
     async def _read(self) -> None:
-        client = blocking_client(CLIENT_TAILS)
+        client = blocking_client("tails")
         backoff = BACKOFF_START
         wake_id = "0-0"  # the first read takes what wakes there are, then only newer ones
         try:

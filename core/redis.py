@@ -36,13 +36,6 @@ _instance_uid: str | None = None
 
 logger = logging.getLogger(__name__)
 
-# With ``REDIS_CLIENT_NAMES`` on, every connection names the client it belongs to
-# (``CLIENT SETNAME``, one round trip per connect), so ``CLIENT LIST`` tells which part of
-# a worker holds which connection: bench/streams_footprint.py counts them by these names.
-CLIENT_SYNC = "pm-sync"  # get_redis: the sweep, management commands
-CLIENT_LOOP = "pm-loop"  # get_async_redis: an event loop's pool
-CLIENT_NAME_PREFIX = "pm-"
-
 # Above the longest blocking call we make (the 25 s long-poll, the SSE heartbeat wait);
 # redis-py's own default of 5 s would cut those off.
 SOCKET_TIMEOUT = 65
@@ -100,10 +93,14 @@ def key_prefix() -> str:
     return f"{settings.REDIS_KEY_PREFIX}:{_instance()}"
 
 
-def client_name(name: str) -> str | None:
-    """``name`` for ``CLIENT SETNAME`` when ``REDIS_CLIENT_NAMES`` asks for names, else None
-    (a Redis whose ACL refuses CLIENT commands would refuse the connection)."""
-    return name if settings.REDIS_CLIENT_NAMES else None
+def connection_name(part: str) -> str | None:
+    """The name (``CLIENT SETNAME``) of a connection of this part of the worker: ``pm-loop``
+    (an event loop's pool), ``pm-sync`` (``get_redis``), ``pm-tails`` (the streams' shared
+    reader), ``pm-queue`` and ``pm-queue-parked`` (the run queue's broker and its parked
+    consumers). None unless ``REDIS_CLIENT_NAMES`` asks for names: a Redis whose ACL refuses
+    CLIENT commands refuses a connection that names itself. Named, ``CLIENT LIST`` tells
+    which part holds which connection (bench/streams_footprint.py counts by these)."""
+    return f"pm-{part}" if settings.REDIS_CLIENT_NAMES else None
 
 
 def get_redis() -> redis.Redis:
@@ -115,7 +112,7 @@ def get_redis() -> redis.Redis:
             decode_responses=True,
             socket_timeout=SOCKET_TIMEOUT,
             socket_connect_timeout=5,
-            client_name=client_name(CLIENT_SYNC),
+            client_name=connection_name("sync"),
         )
     return _sync_client
 
@@ -243,7 +240,7 @@ def _async_client(_loop: asyncio.AbstractEventLoop) -> aredis.Redis:
         settings.REDIS_URL,
         # Each ask-user long-poll holds a connection while it blocks.
         max_connections=settings.REDIS_MAX_CONNECTIONS,
-        client_name=client_name(CLIENT_LOOP),
+        client_name=connection_name("loop"),
         **_client_options(),
     )
     return aredis.Redis(connection_pool=pool)
@@ -258,15 +255,18 @@ def get_async_redis() -> aredis.Redis:
     return _async_clients.get()
 
 
-def blocking_client(name: str) -> aredis.Redis:
+def blocking_client(part: str) -> aredis.Redis:
     """A client with a connection of its own, for a long blocking read; ``aclose()`` it.
-    ``name`` (``CLIENT_NAME_PREFIX`` and what reads) names its connection in ``CLIENT LIST``.
+    ``part``: what reads, for ``connection_name``.
 
     A blocked read holds its connection for seconds; taken from the shared pool, such
     connections would stay open there long after their readers left.
     """
     return aredis.Redis.from_url(
-        settings.REDIS_URL, single_connection_client=True, client_name=client_name(name), **_client_options()
+        settings.REDIS_URL,
+        single_connection_client=True,
+        client_name=connection_name(part),
+        **_client_options(),
     )
 
 

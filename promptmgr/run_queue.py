@@ -47,7 +47,7 @@ from dramatiq.common import iter_queue, join_all
 from dramatiq.middleware import Retries
 from dramatiq.worker import WorkerThread, _WorkQueueItem
 
-from core.redis import CLIENT_NAME_PREFIX, TrimmedSyncConnectionPool, client_name, outage_seen
+from core.redis import TrimmedSyncConnectionPool, connection_name, outage_seen
 
 from . import live, runner
 
@@ -90,9 +90,6 @@ DEAD_MESSAGE_TTL_MS = 86_400_000
 TIME_LIMIT_GRACE = 120
 # Idle connections the broker keeps (its consumers' parked ones are in use, not idle).
 BROKER_IDLE_CONNECTIONS = 1
-# The connections' names in CLIENT LIST (core.redis): the broker's pool, a parked consumer.
-CLIENT_BROKER = f"{CLIENT_NAME_PREFIX}queue"
-CLIENT_PARKED = f"{CLIENT_NAME_PREFIX}queue-parked"
 # How long ``stop`` waits for the worker's threads and consumers.
 STOP_TIMEOUT_MS = 10_000
 
@@ -199,7 +196,7 @@ class WakingRedisBroker(RedisBroker):
             client = self._parking[queue_name] = redis.Redis.from_url(
                 self.url,
                 socket_timeout=WAKE_WAIT_SECONDS + PARK_READ_MARGIN_SECONDS,
-                client_name=client_name(CLIENT_PARKED),
+                client_name=connection_name("queue-parked"),
             )
         return client
 
@@ -286,7 +283,7 @@ class RunQueue:
         self.draining = False
         self.worker: dramatiq.Worker | None = None
         pool = TrimmedSyncConnectionPool.from_url(
-            settings.REDIS_URL, max_idle=BROKER_IDLE_CONNECTIONS, client_name=client_name(CLIENT_BROKER)
+            settings.REDIS_URL, max_idle=BROKER_IDLE_CONNECTIONS, client_name=connection_name("queue")
         )
         self.broker = WakingRedisBroker(
             wake_key=f"{live.queue_namespace()}:wake",

@@ -122,8 +122,8 @@ def test_connections_name_their_client_in_redis_only_when_the_setting_asks(setti
 
     settings.REDIS_CLIENT_NAMES = True
     core_redis.reset_clients()
-    assert core_redis.get_redis().client_getname() == core_redis.CLIENT_SYNC
-    assert asyncio.run(loop_connection_name()) == core_redis.CLIENT_LOOP
+    assert core_redis.get_redis().client_getname() == "pm-sync"
+    assert asyncio.run(loop_connection_name()) == "pm-loop"
 
     # Off (the default): a Redis that refuses CLIENT SETNAME still takes the connections.
     settings.REDIS_CLIENT_NAMES = False
