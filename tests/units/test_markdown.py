@@ -112,7 +112,8 @@ def alive(pid: int) -> bool:
     """Running, not gone and not a zombie (who reaps an orphan depends on the machine)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Reaped between the open and the read, the read fails with ESRCH.
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
