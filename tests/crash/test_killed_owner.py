@@ -21,6 +21,7 @@ from django.conf import settings
 
 from askuser.models import PermissionRequest, PermissionStatus, Question, QuestionStatus
 from promptmgr.models import Run, RunStatus
+from promptmgr.processes import live_processes
 from promptmgr.recovery import MSG_ORPHANED
 from tests.crash.conftest import ServerProcess
 from tests.helpers import (
@@ -43,15 +44,8 @@ StartServer = Callable[..., ServerProcess]
 
 def alive(pids: list[int]) -> list[int]:
     """Those of ``pids`` still running (a zombie has finished)."""
-    running = []
-    for pid in pids:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state != "Z":
-            running.append(pid)
-    return running
+    running = {process.pid for process in live_processes()}
+    return [pid for pid in pids if pid in running]
 
 
 def keys_without_ttl(redis_url: str) -> list[str]:

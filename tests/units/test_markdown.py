@@ -14,6 +14,7 @@ import pytest
 
 from promptmgr import markdown
 from promptmgr.markdown import INLINE_MAX_CHARS, render_markdown, render_markdown_async
+from promptmgr.processes import live_processes
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.unit
@@ -110,12 +111,7 @@ async def test_the_render_process_gets_no_secret_of_the_worker(
 
 def alive(pid: int) -> bool:
     """Running, not gone and not a zombie (who reaps an orphan depends on the machine)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        # Reaped between the open and the read, the read fails with ESRCH.
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return any(process.pid == pid for process in live_processes())
 
 
 def test_a_worker_killed_outright_leaves_no_render_process_behind() -> None:
