@@ -329,6 +329,56 @@ async def polls_release() -> int:
     return len(blocked)
 
 
+def polls_released() -> bool:
+    """Whether this loop's relay long-polls were released (``polls_release``): its worker is
+    shutting down, and a released poll takes nothing from a question."""
+    return _held_polls().released
+
+
+# An answer the database holds whose hand-off never reached Redis: the poll takes it from
+# there, once. KEYS: the answer list, the taken marker[, the run's events stream, its
+# sequence]; ARGV: the stored answer, the taken marker's TTL[, the card's events]. An
+# answer the list does hold (a push that came after all) is taken instead, and the events,
+# which came with it, are not appended twice.
+_TAKE_STORED_LUA = (
+    events.APPEND_LUA_FUNCTION
+    + """
+if redis.call('EXISTS', KEYS[2]) == 1 then return false end
+local queued = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+if not queued then
+  if #KEYS == 4 then append_events(KEYS[3], KEYS[4], ARGV, 3) end
+  redis.call('RPUSH', KEYS[2], ARGV[1])
+  queued = ARGV[1]
+end
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[2]))
+return queued
+"""
+)
+
+
+async def answer_take_stored(
+    question_id: str, stored: dict[str, Any], *, run_events: events.RunEvents | None = None
+) -> dict[str, Any] | None:
+    """Take the answer the database holds for a question whose hand-off never came (its
+    pusher died between the commit and the push, or Redis failed it), marking it taken as
+    ``answer_pop`` does; None when a poll took it already. ``run_events`` (the card's
+    update) are appended only if the hand-off, which carries them, never came."""
+    client = get_async_redis()
+    script = client.register_script(_TAKE_STORED_LUA)
+    keys = [answer_key(question_id), answer_taken_key(question_id)]
+    args: list[Any] = [encode_json(stored), ANSWER_TAKEN_TTL]
+    if run_events is not None and run_events[1]:
+        run_id, appended = run_events
+        keys += [events.events_key(run_id), events.seq_key(run_id)]
+        args += events.append_args(appended)
+    raw = await script(keys=keys, args=args)
+    if not raw:
+        return None
+    taken: dict[str, Any] = json.loads(raw)
+    # A wake-up the list held says only "read the database", which is what this did.
+    return stored if taken == ANSWER_WAKE else taken
+
+
 async def answer_taken(question_id: str) -> bool:
     """Whether a waiting side already popped this question's answer."""
     return bool(await get_async_redis().exists(answer_taken_key(question_id)))

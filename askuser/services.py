@@ -48,6 +48,10 @@ GONE_MESSAGES = {
 # The ``reason`` of the ask_user_expired event that closes a question a newer one replaced.
 REASON_SUPERSEDED = "superseded"
 # What keeps a run waiting for a person: its pending questions and permission requests.
+# How long after its commit an answer may still be on its way to Redis; a poll that finds
+# it committed for longer and not taken delivers it from the database
+# (``_answer_from_database``). Its push follows the commit within milliseconds.
+HANDOFF_GRACE_SECONDS = 5
 PENDING_CARDS = (
     run_state.Pending(Question, QuestionStatus.PENDING),
     run_state.Pending(PermissionRequest, PermissionStatus.PENDING),
@@ -342,6 +346,52 @@ _CLOSED_STATUSES = {
 }
 
 
+def _handoff_lost(question: Question) -> bool:
+    """An answer committed ``HANDOFF_GRACE_SECONDS`` ago whose hand-off no poll has seen:
+    its pusher died between the commit and the push, or Redis failed the push (the
+    submit then answered 503, and a second try 409)."""
+    return (
+        question.status == QuestionStatus.ANSWERED
+        and bool(question.answer_items)
+        and question.answered_at is not None
+        and timezone.now() - question.answered_at > timedelta(seconds=HANDOFF_GRACE_SECONDS)
+    )
+
+
+def _answered_event(question: Question) -> dict[str, Any]:
+    """The card's update for an answer rebuilt from the database (``_answer_from_database``)."""
+    name = "policy" if question.answered_by_policy else getattr(question.answered_by, "username", "")
+    event = {
+        "question_id": str(question.question_id),
+        "answers": question.answers or {},
+        "notes": question.notes,
+        "answered_by": name,
+        "answered_at": question.answered_at.isoformat() if question.answered_at else None,
+    }
+    if question.answered_by_policy:
+        event["by_policy"] = True
+    return event
+
+
+async def _answer_from_database(question: Question) -> PollResult:
+    """Deliver an answer whose hand-off was lost (``_handoff_lost``) from the database, once,
+    and finish what its submit did not: the card's update, the run's resume, the cache."""
+    question_id = str(question.question_id)
+    handoff = FormAnswer(items=question.answer_items or [], notes=question.notes).handoff()
+    event = await sync_to_async(_answered_event)(question)
+    taken = await live.answer_take_stored(
+        question_id,
+        handoff.model_dump(),
+        run_events=card_and_resume(question.run_id, "ask_user_answered", event),
+    )
+    if taken is None:
+        return PollResult("consumed")
+    logger.warning("question %s: its answer never reached Redis; delivered from the database", question_id)
+    await sync_to_async(resume_if_idle_locked)(question.run_id)
+    await live.question_cache_clear(question.run_id, question_id)
+    return PollResult("answered", Handoff.model_validate(taken))
+
+
 async def answer_wait(
     *, run_id: int, question_id: str, wait_seconds: float, releasable: bool = False
 ) -> PollResult:
@@ -358,9 +408,13 @@ async def answer_wait(
         return PollResult("answered", Handoff.model_validate(answer))
     question = await sync_to_async(_question_for_run)(question_id, run_id)
     if question.status in (QuestionStatus.ANSWERED, QuestionStatus.DELIVERED):
+        if await live.answer_taken(question_id):
+            return PollResult("consumed")
+        if _handoff_lost(question) and not (releasable and live.polls_released()):
+            return await _answer_from_database(question)
         # The database commits the answer before Redis gets it: until some poll has taken
         # it, the answer is on its way, not gone.
-        return PollResult("consumed") if await live.answer_taken(question_id) else PollResult("waiting")
+        return PollResult("waiting")
     if question.status in _CLOSED_STATUSES:
         return PollResult(_CLOSED_STATUSES[QuestionStatus(question.status)])
     if question.expires_at <= timezone.now():

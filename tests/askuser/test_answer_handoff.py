@@ -2,6 +2,8 @@
 
 Narrow tests of ``answer_wait`` against the test database and the real Redis; the gap
 between ``answer_submit``'s commit and its push is simulated by writing only the first half.
+A hand-off that never comes (the pusher died, or Redis failed the push) is taken from the
+database once ``services.HANDOFF_GRACE_SECONDS`` have passed.
 """
 
 from __future__ import annotations
@@ -9,18 +11,22 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.utils import timezone
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from askuser import live, services
 from askuser.models import Question, QuestionSource, QuestionStatus
+from core import events
 from core import redis as core_redis
-from core.questions import Handoff
-from tests.helpers import make_run, open_question
+from core.questions import AnswerIn, Handoff
+from promptmgr.models import Run, RunStatus
+from tests.helpers import make_run, open_question, owned_run
 
 pytestmark = pytest.mark.unit
 
@@ -35,15 +41,27 @@ HANDOFF = {
 }
 
 
-def record_answer_in_the_database_only(question_id: str, user: Any) -> None:
-    """What ``answer_submit`` has done the instant before it pushes the answer to Redis."""
+def record_answer_in_the_database_only(question_id: str, user: Any, *, seconds_ago: float = 0) -> None:
+    """What ``answer_submit`` has done the instant before it pushes the answer to Redis
+    (``seconds_ago``: that long ago)."""
     Question.objects.filter(question_id=question_id).update(
         status=QuestionStatus.ANSWERED,
         answers={"Proceed?": "Yes"},
         answer_items=[{"question": "Proceed?", "selected": [0], "labels": ["Yes"], "other": ""}],
         answered_by=user,
-        answered_at=timezone.now(),
+        answered_at=timezone.now() - timedelta(seconds=seconds_ago),
     )
+
+
+def answered_long_ago(question_id: str) -> None:
+    """Move a recorded answer's commit past the hand-off's grace."""
+    Question.objects.filter(question_id=question_id).update(
+        answered_at=timezone.now() - timedelta(seconds=services.HANDOFF_GRACE_SECONDS + 1)
+    )
+
+
+async def card_events(run_id: int) -> list[tuple[str, Any]]:
+    return [(e.event, e.data) for e in await events.read_events(run_id, 0) if e.event != "ask_user_question"]
 
 
 async def asked(owner: Any, source: QuestionSource = QuestionSource.MCP) -> tuple[Any, str]:
@@ -188,3 +206,71 @@ async def test_a_redis_that_refuses_client_id_still_serves_relay_polls(
     await live.answer_push(question_id, HANDOFF, ttl=60)
 
     assert await asyncio.wait_for(held, 5) == services.PollResult("answered", Handoff.model_validate(HANDOFF))
+
+
+@pytest.mark.asyncio
+async def test_an_answer_whose_hand_off_never_came_is_delivered_from_the_database_once(
+    transactional_db: Any, alice: Any
+) -> None:
+    run, question_id = await asked(alice)
+    await sync_to_async(record_answer_in_the_database_only)(
+        question_id, alice, seconds_ago=services.HANDOFF_GRACE_SECONDS + 1
+    )
+
+    taken = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
+
+    assert taken == services.PollResult("answered", Handoff.model_validate(HANDOFF))
+    # The card hears of the answer its lost hand-off would have carried, and only once.
+    answered = [data for event, data in await card_events(run.pk) if event == "ask_user_answered"]
+    assert [(a["question_id"], a["answers"], a["answered_by"]) for a in answered] == [
+        (question_id, {"Proceed?": "Yes"}, "alice")
+    ]
+    again = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
+    assert again.status == "consumed"
+    assert len([e for e, _ in await card_events(run.pk) if e == "ask_user_answered"]) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_released_relay_poll_takes_no_answer_from_the_database(
+    transactional_db: Any, alice: Any
+) -> None:
+    run, question_id = await asked(alice)
+    await sync_to_async(record_answer_in_the_database_only)(
+        question_id, alice, seconds_ago=services.HANDOFF_GRACE_SECONDS + 1
+    )
+    await live.polls_release()
+
+    # A worker shutting down answers "still waiting"; the run's next poll gets the answer.
+    assert (await _relay_poll(run.pk, question_id)).status == "waiting"
+    assert not await live.answer_taken(question_id)
+    taken = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
+    assert taken == services.PollResult("answered", Handoff.model_validate(HANDOFF))
+
+
+@pytest.mark.asyncio
+async def test_an_answer_whose_push_redis_failed_still_reaches_claude_and_resumes_the_run(
+    transactional_db: Any, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = await owned_run(alice)
+    question_id = await open_question(run)
+    assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.WAITING_FOR_USER
+
+    async def redis_gone(*args: Any, **kwargs: Any) -> None:
+        raise RedisConnectionError("Redis went away")
+
+    # Redis fails exactly the push, after the answer was committed (the submit answers 503,
+    # a second try 409: the answer is the database's now).
+    with monkeypatch.context() as patched:
+        patched.setattr(live, "answer_push", redis_gone)
+        with pytest.raises(RedisConnectionError):
+            await services.answer_submit(
+                question_id=question_id, user=alice, body=AnswerIn.model_validate({"selectedOptions": [0]})
+            )
+    await sync_to_async(answered_long_ago)(question_id)
+
+    taken = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
+
+    assert taken == services.PollResult("answered", Handoff.model_validate(HANDOFF))
+    assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
+    assert [e for e, _ in await card_events(run.pk)][-2:] == ["ask_user_answered", "run_status"]
+    assert await live.question_cache_get(run.pk) is None
