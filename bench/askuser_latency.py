@@ -86,6 +86,9 @@ class Ours:
     tool_result: dict[str, int] = field(default_factory=dict)
     mcp_call: dict[str, int] = field(default_factory=dict)
     mcp_result: dict[str, int] = field(default_factory=dict)
+    # The app's no-Django identity endpoint, through this client and through a bare socket.
+    floor_httpx: list[float] = field(default_factory=list)
+    floor_socket: list[float] = field(default_factory=list)
 
     def intervals(self, start: dict[str, int], end: dict[str, int]) -> list[float]:
         return [(end[q] - start[q]) / 1e6 for q in start if q in end]
@@ -151,10 +154,47 @@ async def run_ours(
         if status != "completed" or len(ours.tool_result) != questions:
             reason = await app_client.run_error(client, url)
             raise RuntimeError(f"the run ended after {len(ours.tool_result)}/{questions} answers: {reason}")
+        await measure_client_share(client, stack.app_url, ours)
     finally:
         await client.aclose()
     read_mcp_stamps(stamps, ours)
     return ours
+
+
+async def read_body(reader: asyncio.StreamReader, head: bytes) -> None:
+    """The body after ``head``: by its Content-Length, else chunked (uvicorn's default)."""
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            await reader.readexactly(int(value))
+            return
+    await reader.readuntil(b"\r\n0\r\n\r\n")
+
+
+async def measure_client_share(client: Any, app_url: str, ours: Ours, rounds: int = 100) -> None:
+    """The measuring client's own share of a round trip: the app's identity endpoint (no
+    Django, no I/O) through the same httpx client as the submits, and as one pre-built
+    request on a bare kept-alive socket, paced like the answers (the app idle between)."""
+    from promptmgr.internal_url import PATH
+
+    host, port = app_url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    request = f"GET {PATH} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
+    try:
+        for _ in range(rounds):
+            await asyncio.sleep(0.05)
+            started = time.perf_counter()
+            response = await client.get(PATH)
+            ours.floor_httpx.append((time.perf_counter() - started) * 1000)
+            response.raise_for_status()
+            await asyncio.sleep(0.05)
+            started = time.perf_counter()
+            writer.write(request)
+            head = await reader.readuntil(b"\r\n\r\n")
+            await read_body(reader, head)
+            ours.floor_socket.append((time.perf_counter() - started) * 1000)
+    finally:
+        writer.close()
 
 
 def read_mcp_stamps(path: Path, ours: Ours) -> None:
@@ -204,6 +244,8 @@ def report(ours: Ours, spec_q: list[float], spec_a: list[float], args: argparse.
                 latency_row("ours: submit-answer sent -> MCP tool returns", a_mcp),
                 latency_row("ours: submit-answer sent -> tool_result at SSE", a_sse),
                 latency_row("ours: submit-answer HTTP round trip (info)", a_http),
+                latency_row("client share: no-Django endpoint via httpx", ours.floor_httpx),
+                latency_row("client share: same via a bare socket", ours.floor_socket),
                 latency_row("spec: answer stored -> 2 s sleep-poll finds it", spec_a),
             ],
             title="Answer path: the user submits -> the MCP tool returns to Claude",
@@ -213,6 +255,9 @@ def report(ours: Ours, spec_q: list[float], spec_a: list[float], args: argparse.
         f"  ours: {args.questions} sequential questions in one real run, answered after {args.think_ms:g} ms;\n"
         "        'MCP tool returns' is stamped as the MCP server's result leaves it for the CLI;\n"
         "        'tool_result at SSE' adds the CLI printing the result and the trip through the app.\n"
+        "        'client share': the app's identity endpoint (no Django) through the httpx client\n"
+        "        the submits use and through a bare socket; the difference is this Python\n"
+        "        client's own cost inside every submit-answer round trip above (a browser's is native).\n"
         f"  spec: {args.spec_trials} trials per path, arrival offsets uniform over 0-{polling_model.OFFSET_S:g} s,\n"
         f"        same Redis and store functions, {polling_model.CONCURRENCY} at a time (bench/polling_model.py).\n"
         "        With the real CLI a question lands just after its last stdout line, so the spec's\n"
