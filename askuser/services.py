@@ -311,21 +311,22 @@ async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[
         "answered_by": getattr(user, "username", ""),
         "answered_at": (question.answered_at or timezone.now()).isoformat(),
     }
-    # One transaction: the card's update, then the hand-off (the waiting long-poll returns
-    # the moment it lands), so every page hears of the answer before Claude's reply.
-    await live.answer_push(
-        question_id,
-        form.handoff().model_dump(),
-        ttl=remaining + live.QUESTION_TTL_GRACE,
-        run_events=card_and_resume(question.run_id, "ask_user_answered", event),
-    )
 
-    async def bookkeeping() -> None:
+    async def handoff_and_bookkeeping() -> None:
+        # One transaction: the card's update, then the hand-off (the waiting long-poll
+        # returns the moment it lands), so every page hears of the answer before Claude's reply.
+        await live.answer_push(
+            question_id,
+            form.handoff().model_dump(),
+            ttl=remaining + live.QUESTION_TTL_GRACE,
+            run_events=card_and_resume(question.run_id, "ask_user_answered", event),
+        )
         await sync_to_async(resume_if_idle_locked)(question.run_id)
         await live.question_cache_clear(question.run_id, question_id)
 
-    # The person is answered once the answer is stored and Claude woken; the rest follows.
-    await after_response(bookkeeping)
+    # The person is answered once the answer is committed; Claude is woken right after the
+    # response (a hand-off that never comes is taken from the database: answer_wait).
+    await after_response(handoff_and_bookkeeping)
     return event
 
 

@@ -1,10 +1,12 @@
 """Work a request finishes after its response has gone out.
 
-A person's answer or decision is acknowledged once it is stored and handed to the waiting
-Claude turn, with the card's events in the hand-off's own transaction
-(``askuser.live.answer_push``); what Claude does not wait for (the run's resume in the
-database, the question cache's or pending set's clean-up, an always-allow rule for later
-runs) follows the response instead of delaying it. bench/askuser_latency.py and
+A person's decision is acknowledged once it is stored and handed to the waiting Claude
+turn, with the card's events in the hand-off's own transaction
+(``askuser.live.answer_push``); a person's answer once it is committed, its hand-off (with
+the card's events) following the response (answer → Claude has room to spare against its
+target; decision → tool running has not). What Claude does not wait for (the run's resume
+in the database, the question cache's or pending set's clean-up, an always-allow rule for
+later runs) follows the response instead of delaying it. bench/askuser_latency.py and
 bench/approval_latency.py measure the acknowledgement (target: 3 ms p50).
 
 ``serving(app)`` wraps the ASGI app (``promptmgr.asgi``): the request's deferred work runs in
@@ -15,7 +17,9 @@ management commands, a service called directly), ``after_response`` runs the wor
 so callers see the same state as before.
 
 This adds no window in which work can be lost: the same steps used to run after the same
-commit, only before the acknowledgement instead of after it.
+commit, only before the acknowledgement instead of after it. An answer's hand-off that
+never comes (the process died, Redis failed it) is taken from the database by Claude's next
+poll (``askuser.services.answer_wait``).
 """
 
 from __future__ import annotations

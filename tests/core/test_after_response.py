@@ -1,7 +1,8 @@
 """A person's answer or decision is acknowledged before its bookkeeping (``core.after_response``):
-the response goes out once the answer is stored and Claude woken, with the card's events in
-the hand-off's transaction; the run's resume and the clean-up follow in the same request, and
-are never skipped."""
+a decision's response goes out once it is stored and Claude woken, with the card's events in
+the hand-off's transaction; an answer's once it is committed, its hand-off (with the card's
+events) right after. The rest (the run's resume, the clean-up) follows in the same request,
+and is never skipped."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from django.conf import settings
 from django.test import AsyncClient
 
 from askuser import approvals, live
+from askuser.models import Question, QuestionStatus
 from core import events
 from core.after_response import after_response, serving
 from promptmgr.models import Run, RunStatus
@@ -160,7 +162,7 @@ async def test_a_decision_is_acknowledged_before_its_card_events_which_follow_in
 
 
 @pytest.mark.asyncio
-async def test_an_answer_is_acknowledged_before_its_card_events_which_follow_in_the_same_request(
+async def test_an_answer_is_acknowledged_once_committed_and_handed_to_claude_in_the_same_request(
     transactional_db: Any, alice: Any
 ) -> None:
     run = await owned_run(alice)
@@ -168,18 +170,25 @@ async def test_an_answer_is_acknowledged_before_its_card_events_which_follow_in_
     seen_at_ack: dict[str, Any] = {}
 
     async def at_ack() -> None:
+        seen_at_ack["question"] = (await Question.objects.aget(question_id=question_id)).status
         seen_at_ack["events"] = await event_names(run)
         seen_at_ack["status"] = (await Run.objects.aget(pk=run.pk)).status
-        seen_at_ack["handoff"] = await live.answer_pop(question_id, wait_seconds=0.5)
+        # Not yet handed over: nothing to take without waiting.
+        seen_at_ack["handoff"] = await live.answer_pop(question_id, wait_seconds=0)
 
     status = await submit_through_the_app(
         alice, "/api/askuser/submit-answer", {"question_id": question_id, "selectedOptions": [0]}, at_ack
     )
 
     assert status == 200
-    assert seen_at_ack["handoff"] is not None
-    assert seen_at_ack["events"][-2:] == ["ask_user_answered", "run_status"]
+    # At the acknowledgement the answer is the database's; Claude's hand-off with the card's
+    # events ahead of it, the run's resume and the clean-up follow in the same request.
+    assert seen_at_ack["question"] == QuestionStatus.ANSWERED
+    assert seen_at_ack["handoff"] is None
+    assert "ask_user_answered" not in seen_at_ack["events"]
     assert seen_at_ack["status"] == RunStatus.WAITING_FOR_USER
+    assert await live.answer_pop(question_id, wait_seconds=0) is not None
+    assert (await event_names(run))[-2:] == ["ask_user_answered", "run_status"]
     assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
     answered = [e.data for e in await events.read_events(run.pk, 0) if e.event == "ask_user_answered"]
     assert [a["answered_by"] for a in answered] == ["alice"]
