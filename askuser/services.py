@@ -47,11 +47,11 @@ GONE_MESSAGES = {
 }
 # The ``reason`` of the ask_user_expired event that closes a question a newer one replaced.
 REASON_SUPERSEDED = "superseded"
-# What keeps a run waiting for a person: its pending questions and permission requests.
 # How long after its commit an answer may still be on its way to Redis; a poll that finds
 # it committed for longer and not taken delivers it from the database
 # (``_answer_from_database``). Its push follows the commit within milliseconds.
 HANDOFF_GRACE_SECONDS = 5
+# What keeps a run waiting for a person: its pending questions and permission requests.
 PENDING_CARDS = (
     run_state.Pending(Question, QuestionStatus.PENDING),
     run_state.Pending(PermissionRequest, PermissionStatus.PENDING),
@@ -349,8 +349,9 @@ _CLOSED_STATUSES = {
 
 def _handoff_lost(question: Question) -> bool:
     """An answer committed ``HANDOFF_GRACE_SECONDS`` ago whose hand-off no poll has seen:
-    its pusher died between the commit and the push, or Redis failed the push (the
-    submit then answered 503, and a second try 409)."""
+    its process died between the commit and the push, or Redis failed the push (which
+    follows the response, ``answer_submit``: the person was told it was sent, and a
+    second try is 409)."""
     return (
         question.status == QuestionStatus.ANSWERED
         and bool(question.answer_items)

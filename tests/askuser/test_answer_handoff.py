@@ -258,8 +258,8 @@ async def test_an_answer_whose_push_redis_failed_still_reaches_claude_and_resume
     async def redis_gone(*args: Any, **kwargs: Any) -> None:
         raise RedisConnectionError("Redis went away")
 
-    # Redis fails exactly the push, after the answer was committed (the submit answers 503,
-    # a second try 409: the answer is the database's now).
+    # Redis fails exactly the push, after the answer was committed (behind the app, after
+    # the response: the person was told it was sent, and a second try is 409).
     with monkeypatch.context() as patched:
         patched.setattr(live, "answer_push", redis_gone)
         with pytest.raises(RedisConnectionError):
