@@ -329,6 +329,20 @@ async def polls_release() -> int:
     return len(blocked)
 
 
+async def _answer_script(
+    source: str, question_id: str, args: list[Any], run_events: events.RunEvents | None
+) -> Any:
+    """Run a script over a question's hand-off: KEYS the answer list and the taken marker,
+    then, with ``run_events``, the run's events stream and sequence; ARGV ``args``, then
+    the events (``events.APPEND_LUA_FUNCTION``'s arguments, from ARGV[3])."""
+    keys = [answer_key(question_id), answer_taken_key(question_id)]
+    if run_events is not None and run_events[1]:
+        run_id, appended = run_events
+        keys += [events.events_key(run_id), events.seq_key(run_id)]
+        args = [*args, *events.append_args(appended)]
+    return await get_async_redis().register_script(source)(keys=keys, args=args)
+
+
 def polls_released() -> bool:
     """Whether this loop's relay long-polls were released (``polls_release``): its worker is
     shutting down, and a released poll takes nothing from a question."""
@@ -363,15 +377,9 @@ async def answer_take_stored(
     pusher died between the commit and the push, or Redis failed it), marking it taken as
     ``answer_pop`` does; None when a poll took it already. ``run_events`` (the card's
     update) are appended only if the hand-off, which carries them, never came."""
-    client = get_async_redis()
-    script = client.register_script(_TAKE_STORED_LUA)
-    keys = [answer_key(question_id), answer_taken_key(question_id)]
-    args: list[Any] = [encode_json(stored), ANSWER_TAKEN_TTL]
-    if run_events is not None and run_events[1]:
-        run_id, appended = run_events
-        keys += [events.events_key(run_id), events.seq_key(run_id)]
-        args += events.append_args(appended)
-    raw = await script(keys=keys, args=args)
+    raw = await _answer_script(
+        _TAKE_STORED_LUA, question_id, [encode_json(stored), ANSWER_TAKEN_TTL], run_events
+    )
     if not raw:
         return None
     taken: dict[str, Any] = json.loads(raw)
@@ -410,12 +418,6 @@ async def answer_replace_unless_taken(
     """Swap the answer Claude has not taken yet for another (a member overrides the policy's);
     False once it was taken, and then ``run_events`` (run id, events) are not appended
     either; otherwise they land before the new answer, as with ``answer_push``."""
-    client = get_async_redis()
-    script = client.register_script(_REPLACE_UNLESS_TAKEN_LUA)
-    keys = [answer_key(question_id), answer_taken_key(question_id)]
-    args: list[Any] = [encode_json(answer), ttl]
-    if run_events is not None and run_events[1]:
-        run_id, appended = run_events
-        keys += [events.events_key(run_id), events.seq_key(run_id)]
-        args += events.append_args(appended)
-    return bool(await script(keys=keys, args=args))
+    return bool(
+        await _answer_script(_REPLACE_UNLESS_TAKEN_LUA, question_id, [encode_json(answer), ttl], run_events)
+    )

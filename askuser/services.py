@@ -290,27 +290,22 @@ def _prepare_answer(question_id: str, user: Any, body: AnswerIn) -> tuple[Questi
     return question, form
 
 
-def _submit(question_id: str, user: Any, body: AnswerIn) -> tuple[Question, FormAnswer]:
+def _submit(question_id: str, user: Any, body: AnswerIn) -> tuple[Question, FormAnswer, dict[str, Any]]:
+    """The answer validated and recorded; the question as stored, the form, the card's update."""
     question, form = _prepare_answer(question_id, user, body)
-    return _record_answer(question, user, form), form
+    question = _record_answer(question, user, form)
+    return question, form, _answered_event(question)
 
 
 async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[str, Any]:
     """Record the first valid answer and hand it to the waiting Claude turn."""
     # One trip to the database thread: validation and the first-answer-wins update.
     try:
-        question, form = await sync_to_async(_submit)(question_id, user, body)
+        question, form, event = await sync_to_async(_submit)(question_id, user, body)
     except Conflict:
         # An answer the policy gave can be replaced until Claude takes it (else 409 again).
         return await policy.answer_override(question_id=question_id, user=user, body=body)
     remaining = max(1, int((question.expires_at - timezone.now()).total_seconds()))
-    event = {
-        "question_id": question_id,
-        "answers": form.display,
-        "notes": form.notes,
-        "answered_by": getattr(user, "username", ""),
-        "answered_at": (question.answered_at or timezone.now()).isoformat(),
-    }
 
     async def handoff_and_bookkeeping() -> None:
         # One transaction: the card's update, then the hand-off (the waiting long-poll
@@ -361,7 +356,8 @@ def _handoff_lost(question: Question) -> bool:
 
 
 def _answered_event(question: Question) -> dict[str, Any]:
-    """The card's update for an answer rebuilt from the database (``_answer_from_database``)."""
+    """The card's update (``ask_user_answered``) for an answered question, from its row: the
+    submit's, and a lost hand-off's (``_answer_from_database``). Reads ``answered_by``."""
     name = "policy" if question.answered_by_policy else getattr(question.answered_by, "username", "")
     event = {
         "question_id": str(question.question_id),
