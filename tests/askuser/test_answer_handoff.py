@@ -41,15 +41,14 @@ HANDOFF = {
 }
 
 
-def record_answer_in_the_database_only(question_id: str, user: Any, *, seconds_ago: float = 0) -> None:
-    """What ``answer_submit`` has done the instant before it pushes the answer to Redis
-    (``seconds_ago``: that long ago)."""
+def record_answer_in_the_database_only(question_id: str, user: Any) -> None:
+    """What ``answer_submit`` has done the instant before it pushes the answer to Redis."""
     Question.objects.filter(question_id=question_id).update(
         status=QuestionStatus.ANSWERED,
         answers={"Proceed?": "Yes"},
         answer_items=[{"question": "Proceed?", "selected": [0], "labels": ["Yes"], "other": ""}],
         answered_by=user,
-        answered_at=timezone.now() - timedelta(seconds=seconds_ago),
+        answered_at=timezone.now(),
     )
 
 
@@ -68,6 +67,14 @@ async def asked(owner: Any, source: QuestionSource = QuestionSource.MCP) -> tupl
     """A run of ``owner``'s with ``tests.helpers.PROCEED`` pending; the run and the question's id."""
     run = await sync_to_async(make_run)(owner=owner)
     return run, await open_question(run, source)
+
+
+async def hand_off_lost(owner: Any) -> tuple[Any, str]:
+    """``asked``, answered by ``owner`` in the database past the hand-off's grace, never pushed."""
+    run, question_id = await asked(owner)
+    await sync_to_async(record_answer_in_the_database_only)(question_id, owner)
+    await sync_to_async(answered_long_ago)(question_id)
+    return run, question_id
 
 
 @pytest.mark.asyncio
@@ -212,10 +219,7 @@ async def test_a_redis_that_refuses_client_id_still_serves_relay_polls(
 async def test_an_answer_whose_hand_off_never_came_is_delivered_from_the_database_once(
     transactional_db: Any, alice: Any
 ) -> None:
-    run, question_id = await asked(alice)
-    await sync_to_async(record_answer_in_the_database_only)(
-        question_id, alice, seconds_ago=services.HANDOFF_GRACE_SECONDS + 1
-    )
+    run, question_id = await hand_off_lost(alice)
 
     taken = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
 
@@ -234,10 +238,7 @@ async def test_an_answer_whose_hand_off_never_came_is_delivered_from_the_databas
 async def test_a_released_relay_poll_takes_no_answer_from_the_database(
     transactional_db: Any, alice: Any
 ) -> None:
-    run, question_id = await asked(alice)
-    await sync_to_async(record_answer_in_the_database_only)(
-        question_id, alice, seconds_ago=services.HANDOFF_GRACE_SECONDS + 1
-    )
+    run, question_id = await hand_off_lost(alice)
     await live.polls_release()
 
     # A worker shutting down answers "still waiting"; the run's next poll gets the answer.
