@@ -21,7 +21,9 @@ import redis
 
 from .loops import PerLoop
 from .redis import (
-    blocking_client,
+    SOCKET_TIMEOUT,
+    append_connection,
+    bare_connection,
     decode_json,
     encode_json,
     get_async_redis,
@@ -130,10 +132,7 @@ class _Appender:
             while self.pending:
                 batch, self.pending = self.pending, []
                 try:
-                    pipe = get_async_redis().pipeline(transaction=False)
-                    for keys, args, _done in batch:
-                        pipe.eval(_APPEND_LUA, len(keys), *keys, *args)
-                    replies: list[Any] = await pipe.execute(raise_on_error=False)
+                    replies = await self._exchange(batch)
                 except BaseException as exc:
                     for _keys, _args, done in batch:
                         if not done.done():
@@ -154,6 +153,29 @@ class _Appender:
                 if not done.done():
                     done.set_exception(redis.ConnectionError("the event loop is stopping"))
             self.pending = []
+
+    @staticmethod
+    async def _exchange(batch: list[tuple[list[str], list[str], asyncio.Future[int]]]) -> list[Any]:
+        """One round trip on the loop's append connection: an ``EVAL`` per append, pipelined;
+        a script's error reply is that append's result, anything else fails the batch (the
+        connection is closed then, and the next batch connects again)."""
+        connection = append_connection()
+        commands: list[list[str | int]] = [
+            ["EVAL", _APPEND_LUA, len(keys), *keys, *args] for keys, args, _done in batch
+        ]
+        replies: list[Any] = []
+        try:
+            async with asyncio.timeout(SOCKET_TIMEOUT):
+                await connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+                for _command in commands:
+                    try:
+                        replies.append(await connection.read_response())
+                    except redis.ResponseError as exc:  # read whole: the connection is still in step
+                        replies.append(exc)
+        except TimeoutError:
+            await connection.disconnect(nowait=True)
+            raise redis.TimeoutError("Timeout appending to the event stream") from None
+        return replies
 
 
 _appenders: PerLoop[_Appender] = PerLoop(_Appender)
@@ -504,17 +526,17 @@ class _TailHub:
             outage_seen(exc)  # the read fails too, and is sent again with the new tail
 
     async def _read(self) -> None:
-        client = blocking_client("tails")
+        connection = bare_connection("tails")
         backoff = BACKOFF_START
         wake_id = "0-0"  # the first read takes what wakes there are, then only newer ones
         try:
             while self.tails:
                 reading = {tail.key: tail for tail in self.tails.values()}
-                streams: dict[Any, Any] = {key: _stream_id(tail.last_id) for key, tail in reading.items()}
+                streams = {key: _stream_id(tail.last_id) for key, tail in reading.items()}
                 streams[self.wake_key] = wake_id
                 sent = self.loop.time()
                 try:
-                    reply: Any = await client.xread(streams, block=self.BLOCK_MS, count=500)
+                    reply = await self._xread(connection, streams)
                 except redis.RedisError as exc:
                     outage_seen(exc)
                     self.failing = True
@@ -530,11 +552,37 @@ class _TailHub:
                         continue
                     tail = reading.get(key)
                     if tail is not None and not tail.stopped and entries:
-                        tail._deliver([_decode(entry_id, fields) for entry_id, fields in entries])
+                        tail._deliver([_decode(entry_id, _fields(flat)) for entry_id, flat in entries])
                 if self.loop.time() - sent < self.READ_INTERVAL:
                     await asyncio.sleep(self.READ_INTERVAL)
         finally:
-            await client.aclose()
+            await connection.disconnect()
+
+    async def _xread(self, connection: Any, streams: dict[str, str]) -> Any:
+        """``XREAD`` on the reader's own connection (``core.redis.bare_connection``): the
+        RESP2 reply, ``[[key, [[id, [field, value, …]], …]], …]``, or None."""
+        try:
+            async with asyncio.timeout(self.BLOCK_MS / 1000 + SOCKET_TIMEOUT):
+                await connection.send_command(
+                    "XREAD",
+                    "COUNT",
+                    500,
+                    "BLOCK",
+                    self.BLOCK_MS,
+                    "STREAMS",
+                    *streams,
+                    *streams.values(),
+                    check_health=False,
+                )
+                return await connection.read_response()
+        except TimeoutError:  # closed: the next read connects again
+            await connection.disconnect(nowait=True)
+            raise redis.TimeoutError("Timeout reading the event streams") from None
+
+
+def _fields(flat: list[str]) -> dict[str, str]:
+    """A stream entry's fields, from RESP2's flat list."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 _hubs: PerLoop[_TailHub] = PerLoop(_TailHub)

@@ -9,10 +9,11 @@ prefix never sees another database's runs. Key names themselves live in each app
 Connections: the pool of each event loop keeps at most ``MAX_IDLE_CONNECTIONS`` idle
 connections open, and closes those past ``KEEP_IDLE_CONNECTIONS`` left unused for
 ``IDLE_CLOSE_SECONDS``, so a burst (hundreds of requests at once) does not leave hundreds
-of sockets behind; long blocking reads use a client of their own (``blocking_client``),
-closed when the read is no longer wanted. Outages: whoever meets an unreachable Redis
-reports it through ``outage_seen``, and the log gets one warning per outage and one line
-when it is over, however many requests and runs meet it.
+of sockets behind; the two per-delta paths (the appends, the streams' shared read) use a
+bare connection each (``bare_connection``), the read's closed when it is no longer wanted.
+Outages: whoever meets an unreachable Redis reports it through ``outage_seen``, and the log
+gets one warning per outage and one line when it is over, however many requests and runs
+meet it.
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ def key_prefix() -> str:
 
 def connection_name(part: str) -> str | None:
     """The name (``CLIENT SETNAME``) of a connection of this part of the worker: ``pm-loop``
-    (an event loop's pool), ``pm-sync`` (``get_redis``), ``pm-tails`` (the streams' shared
-    reader), ``pm-queue`` and ``pm-queue-parked`` (the run queue's broker and its parked
+    (an event loop's pool), ``pm-appends`` (an event loop's event appends), ``pm-sync``
+    (``get_redis``), ``pm-tails`` (the streams' shared reader), ``pm-queue`` and ``pm-queue-parked`` (the run queue's broker and its parked
     consumers). None unless ``REDIS_CLIENT_NAMES`` asks for names: a Redis whose ACL refuses
     CLIENT commands refuses a connection that names itself. Named, ``CLIENT LIST`` tells
     which part holds which connection (bench/streams_footprint.py counts by these)."""
@@ -255,19 +256,42 @@ def get_async_redis() -> aredis.Redis:
     return _async_clients.get()
 
 
-def blocking_client(part: str) -> aredis.Redis:
-    """A client with a connection of its own, for a long blocking read; ``aclose()`` it.
-    ``part``: what reads, for ``connection_name``.
+def bare_connection(part: str) -> aredis.Connection:
+    """A connection of its own, used directly, for the per-delta paths: the appends
+    (``append_connection``) and the streams' shared read (``core.events._TailHub``).
 
-    A blocked read holds its connection for seconds; taken from the shared pool, such
-    connections would stay open there long after their readers left.
+    Through redis-py's client a command passes its retry wrapper, the pool's checkout and
+    release, its observability hooks, a task for the send's timeout and the response
+    callbacks: at one run's pace that was a quarter of the worker's CPU per delta, more
+    than the command's own socket write (bench/scale.py, py-spy). Here the caller sends
+    and reads on the connection itself, one task at a time, bounds each exchange with
+    ``asyncio.timeout`` (the connection has no socket timeout, so a send needs no task),
+    and meets failures as before: ``redis.ConnectionError`` and ``redis.TimeoutError``,
+    the connection closed, the next send connecting again. RESP2, so replies are plain
+    lists and the handshake has no ``HELLO``.
     """
-    return aredis.Redis.from_url(
+    pool = aredis.ConnectionPool.from_url(
         settings.REDIS_URL,
-        single_connection_client=True,
         client_name=connection_name(part),
-        **_client_options(),
+        decode_responses=True,
+        socket_timeout=None,
+        socket_connect_timeout=5,
+        protocol=2,
     )
+    connection: aredis.Connection = pool.make_connection()  # type: ignore[no-untyped-call]
+    return connection
+
+
+def _append_connection(_loop: asyncio.AbstractEventLoop) -> aredis.Connection:
+    return bare_connection("appends")
+
+
+_append_connections: PerLoop[aredis.Connection] = PerLoop(_append_connection)
+
+
+def append_connection() -> aredis.Connection:
+    """The running event loop's connection for event appends (``core.events._Appender``)."""
+    return _append_connections.get()
 
 
 # --- Outages ------------------------------------------------------------------------------
@@ -308,6 +332,7 @@ def reset_clients() -> None:
     global _sync_client, _outage_since
     _sync_client = None
     _async_clients.clear()
+    _append_connections.clear()
     _outage_since = None
 
 
