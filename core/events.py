@@ -31,6 +31,7 @@ from .redis import (
     key_prefix,
     outage_over,
     outage_seen,
+    pack,
 )
 
 # Retrying Redis after a failure: the first pause, doubled up to the last.
@@ -160,14 +161,12 @@ class _Appender:
         a script's error reply is that append's result, anything else fails the batch (the
         connection is closed then, and the next batch connects again)."""
         connection = append_connection()
-        commands: list[list[str | int]] = [
-            ["EVAL", _APPEND_LUA, len(keys), *keys, *args] for keys, args, _done in batch
-        ]
+        packed = b"".join(pack("EVAL", _APPEND_LUA, len(keys), *keys, *args) for keys, args, _done in batch)
         replies: list[Any] = []
         try:
             async with asyncio.timeout(SOCKET_TIMEOUT):
-                await connection.send_packed_command(connection.pack_commands(commands), check_health=False)
-                for _command in commands:
+                await connection.send_packed_command(packed, check_health=False)
+                for _append in batch:
                     try:
                         replies.append(await connection.read_response())
                     except redis.ResponseError as exc:  # read whole: the connection is still in step
@@ -563,17 +562,10 @@ class _TailHub:
         RESP2 reply, ``[[key, [[id, [field, value, …]], …]], …]``, or None."""
         try:
             async with asyncio.timeout(self.BLOCK_MS / 1000 + SOCKET_TIMEOUT):
-                await connection.send_command(
-                    "XREAD",
-                    "COUNT",
-                    500,
-                    "BLOCK",
-                    self.BLOCK_MS,
-                    "STREAMS",
-                    *streams,
-                    *streams.values(),
-                    check_health=False,
+                command = pack(
+                    "XREAD", "COUNT", 500, "BLOCK", self.BLOCK_MS, "STREAMS", *streams, *streams.values()
                 )
+                await connection.send_packed_command(command, check_health=False)
                 return await connection.read_response()
         except TimeoutError:  # closed: the next read connects again
             await connection.disconnect(nowait=True)

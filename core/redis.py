@@ -25,6 +25,7 @@ import logging
 import time
 from typing import Any
 
+import hiredis
 import orjson
 import redis
 import redis.asyncio as aredis
@@ -280,6 +281,15 @@ def bare_connection(part: str) -> aredis.Connection:
     )
     connection: aredis.Connection = pool.make_connection()  # type: ignore[no-untyped-call]
     return connection
+
+
+def pack(*args: str | int) -> bytes:
+    """One command in Redis's protocol, for ``bare_connection``'s ``send_packed_command``:
+    hiredis packs in C what redis-py's ``pack_command`` builds in Python, in a fifth of
+    the time (``tests/units/test_redis_pack.py`` holds them to the same bytes)."""
+    # hiredis's stub types the argument as a one-element tuple; it takes any length.
+    packed: bytes = hiredis.pack_command(args)  # type: ignore[arg-type]
+    return packed
 
 
 def _append_connection(_loop: asyncio.AbstractEventLoop) -> aredis.Connection:
