@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+import redis.asyncio as aredis
 
 from .loops import PerLoop
 from .redis import (
@@ -557,7 +558,7 @@ class _TailHub:
         finally:
             await connection.disconnect()
 
-    async def _xread(self, connection: Any, streams: dict[str, str]) -> Any:
+    async def _xread(self, connection: aredis.Connection, streams: dict[str, str]) -> Any:
         """``XREAD`` on the reader's own connection (``core.redis.bare_connection``): the
         RESP2 reply, ``[[key, [[id, [field, value, …]], …]], …]``, or None."""
         try:

@@ -99,9 +99,10 @@ def connection_name(part: str) -> str | None:
     """The name (``CLIENT SETNAME``) of a connection of this part of the worker: ``pm-loop``
     (an event loop's pool), ``pm-appends`` (an event loop's event appends), ``pm-sync``
     (``get_redis``), ``pm-tails`` (the streams' shared reader), ``pm-queue`` and
-    ``pm-queue-parked`` (the run queue's broker and its parked consumers). None unless ``REDIS_CLIENT_NAMES`` asks for names: a Redis whose ACL refuses
-    CLIENT commands refuses a connection that names itself. Named, ``CLIENT LIST`` tells
-    which part holds which connection (bench/streams_footprint.py counts by these)."""
+    ``pm-queue-parked`` (the run queue's broker and its parked consumers). None unless
+    ``REDIS_CLIENT_NAMES`` asks for names: a Redis whose ACL refuses CLIENT commands
+    refuses a connection that names itself. Named, ``CLIENT LIST`` tells which part holds
+    which connection (bench/streams_footprint.py counts by these)."""
     return f"pm-{part}" if settings.REDIS_CLIENT_NAMES else None
 
 
