@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
-import redis.asyncio as aredis
 
 from .loops import PerLoop
 from .redis import (
     SOCKET_TIMEOUT,
     append_connection,
     bare_connection,
+    bare_exchange,
     decode_json,
     encode_json,
     get_async_redis,
@@ -32,7 +32,6 @@ from .redis import (
     key_prefix,
     outage_over,
     outage_seen,
-    pack,
 )
 
 # Retrying Redis after a failure: the first pause, doubled up to the last.
@@ -134,7 +133,11 @@ class _Appender:
             while self.pending:
                 batch, self.pending = self.pending, []
                 try:
-                    replies = await self._exchange(batch)
+                    # One round trip: an EVAL per append, pipelined.
+                    commands: list[list[str | int]] = [
+                        ["EVAL", _APPEND_LUA, len(keys), *keys, *args] for keys, args, _done in batch
+                    ]
+                    replies = await bare_exchange(append_connection(), commands, timeout=SOCKET_TIMEOUT)
                 except BaseException as exc:
                     for _keys, _args, done in batch:
                         if not done.done():
@@ -155,27 +158,6 @@ class _Appender:
                 if not done.done():
                     done.set_exception(redis.ConnectionError("the event loop is stopping"))
             self.pending = []
-
-    @staticmethod
-    async def _exchange(batch: list[tuple[list[str], list[str], asyncio.Future[int]]]) -> list[Any]:
-        """One round trip on the loop's append connection: an ``EVAL`` per append, pipelined;
-        a script's error reply is that append's result, anything else fails the batch (the
-        connection is closed then, and the next batch connects again)."""
-        connection = append_connection()
-        packed = b"".join(pack("EVAL", _APPEND_LUA, len(keys), *keys, *args) for keys, args, _done in batch)
-        replies: list[Any] = []
-        try:
-            async with asyncio.timeout(SOCKET_TIMEOUT):
-                await connection.send_packed_command(packed, check_health=False)
-                for _append in batch:
-                    try:
-                        replies.append(await connection.read_response())
-                    except redis.ResponseError as exc:  # read whole: the connection is still in step
-                        replies.append(exc)
-        except TimeoutError:
-            await connection.disconnect(nowait=True)
-            raise redis.TimeoutError("Timeout appending to the event stream") from None
-        return replies
 
 
 _appenders: PerLoop[_Appender] = PerLoop(_Appender)
@@ -535,8 +517,14 @@ class _TailHub:
                 streams = {key: _stream_id(tail.last_id) for key, tail in reading.items()}
                 streams[self.wake_key] = wake_id
                 sent = self.loop.time()
+                xread: list[str | int] = ["XREAD", "COUNT", 500, "BLOCK", self.BLOCK_MS, "STREAMS"]
+                xread += [*streams, *streams.values()]
                 try:
-                    reply = await self._xread(connection, streams)
+                    [reply] = await bare_exchange(
+                        connection, [xread], timeout=self.BLOCK_MS / 1000 + SOCKET_TIMEOUT
+                    )
+                    if isinstance(reply, redis.ResponseError):
+                        raise reply
                 except redis.RedisError as exc:
                     outage_seen(exc)
                     self.failing = True
@@ -557,20 +545,6 @@ class _TailHub:
                     await asyncio.sleep(self.READ_INTERVAL)
         finally:
             await connection.disconnect()
-
-    async def _xread(self, connection: aredis.Connection, streams: dict[str, str]) -> Any:
-        """``XREAD`` on the reader's own connection (``core.redis.bare_connection``): the
-        RESP2 reply, ``[[key, [[id, [field, value, …]], …]], …]``, or None."""
-        try:
-            async with asyncio.timeout(self.BLOCK_MS / 1000 + SOCKET_TIMEOUT):
-                command = pack(
-                    "XREAD", "COUNT", 500, "BLOCK", self.BLOCK_MS, "STREAMS", *streams, *streams.values()
-                )
-                await connection.send_packed_command(command, check_health=False)
-                return await connection.read_response()
-        except TimeoutError:  # closed: the next read connects again
-            await connection.disconnect(nowait=True)
-            raise redis.TimeoutError("Timeout reading the event streams") from None
 
 
 def _fields(flat: list[str]) -> dict[str, str]:

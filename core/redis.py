@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import hiredis
@@ -265,12 +266,12 @@ def bare_connection(part: str) -> aredis.Connection:
     Through redis-py's client a command passes its retry wrapper, the pool's checkout and
     release, its observability hooks, a task for the send's timeout and the response
     callbacks: at one run's pace that was a quarter of the worker's CPU per delta, more
-    than the command's own socket write (bench/scale.py, py-spy). Here the caller sends
-    and reads on the connection itself, one task at a time, bounds each exchange with
-    ``asyncio.timeout`` (the connection has no socket timeout, so a send needs no task),
-    and meets failures as before: ``redis.ConnectionError`` and ``redis.TimeoutError``,
-    the connection closed, the next send connecting again. RESP2, so replies are plain
-    lists and the handshake has no ``HELLO``.
+    than the command's own socket write (bench/scale.py, py-spy). Here one task at a time
+    sends and reads on the connection itself through ``bare_exchange``, which bounds each
+    exchange with ``asyncio.timeout`` (the connection has no socket timeout, so a send
+    needs no task) and meets failures as the client did: ``redis.ConnectionError`` and
+    ``redis.TimeoutError``, the connection closed, the next send connecting again. RESP2,
+    so replies are plain lists and the handshake has no ``HELLO``.
     """
     pool = aredis.ConnectionPool.from_url(
         settings.REDIS_URL,
@@ -285,7 +286,7 @@ def bare_connection(part: str) -> aredis.Connection:
 
 
 def pack(*args: str | int) -> bytes:
-    """One command in Redis's protocol, for ``bare_connection``'s ``send_packed_command``:
+    """One command in Redis's protocol, for ``bare_exchange``:
     hiredis packs in C what redis-py's ``pack_command`` builds in Python, in a fifth of
     the time (``tests/units/test_redis_pack.py`` holds them to the same bytes)."""
     # hiredis's stub types the argument as a one-element tuple; it takes any length.
@@ -293,11 +294,30 @@ def pack(*args: str | int) -> bytes:
     return packed
 
 
-def _append_connection(_loop: asyncio.AbstractEventLoop) -> aredis.Connection:
-    return bare_connection("appends")
+async def bare_exchange(
+    connection: aredis.Connection, commands: Sequence[Sequence[str | int]], *, timeout: float
+) -> list[Any]:
+    """Send ``commands`` on a ``bare_connection`` in one write and read their replies, all
+    within ``timeout`` seconds. An error reply is that command's reply (it was read whole,
+    so the connection stays in step); anything else raises: ``redis.ConnectionError``, or
+    ``redis.TimeoutError`` with the connection closed (the next exchange connects again)."""
+    packed = b"".join(pack(*command) for command in commands)
+    replies: list[Any] = []
+    try:
+        async with asyncio.timeout(timeout):
+            await connection.send_packed_command(packed, check_health=False)
+            for _command in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+    except TimeoutError:
+        await connection.disconnect(nowait=True)
+        raise redis.TimeoutError(f"Redis did not answer {commands[0][0]} within {timeout:g} s") from None
+    return replies
 
 
-_append_connections: PerLoop[aredis.Connection] = PerLoop(_append_connection)
+_append_connections: PerLoop[aredis.Connection] = PerLoop(lambda _loop: bare_connection("appends"))
 
 
 def append_connection() -> aredis.Connection:
