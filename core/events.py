@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import ctypes
 import gc
 import uuid
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 
 import redis
 
+from . import malloc
 from .loops import PerLoop
 from .redis import (
     SOCKET_TIMEOUT,
@@ -558,12 +558,6 @@ _hubs: PerLoop[_TailHub] = PerLoop(_TailHub)
 _closing: set[asyncio.Task[None]] = set()
 _tails: dict[tuple[int, int], RunTail] = {}
 
-_malloc_trim: Any
-try:
-    _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
-except (OSError, AttributeError):  # not glibc
-    _malloc_trim = None
-
 
 def _collect_what_streams_left(loop: asyncio.AbstractEventLoop) -> None:
     """Nobody watches a run in this worker any more: give back what the streams used.
@@ -576,8 +570,7 @@ def _collect_what_streams_left(loop: asyncio.AbstractEventLoop) -> None:
     if any(loop_id == id(loop) for loop_id, _run in _tails):
         return
     gc.collect()
-    if _malloc_trim is not None:
-        _malloc_trim(0)
+    malloc.trim()
 
 
 async def tails_delivered(run_ids: list[int], *, timeout: float) -> None:
