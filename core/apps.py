@@ -9,3 +9,11 @@ class CoreConfig(AppConfig):
     name = "core"
     verbose_name = "Core"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from . import malloc
+
+        # Every process sets Django up before it starts a thread (uvicorn as it imports
+        # promptmgr.asgi, manage.py runworker before its run slots): the one place where
+        # all of them cap glibc's arenas in time.
+        malloc.cap_arenas()

@@ -2,11 +2,12 @@
 
 The web server runs with ``PYTHONMALLOC=malloc`` (``make run``, the README's deployment;
 docs/design-notes.md, "Open streams cost no thread"), so every object is glibc's, and
-``trim`` hands what streams freed back to the OS. glibc gives each
-thread that allocates an arena of its own (up to eight per core) so that threads need not
-wait for each other's allocations; but Python threads allocate under the GIL, one at a
-time, so those arenas buy nothing and each keeps pages of its own. ``cap_arenas`` lets
-all of them share two (the main thread's and one more). Elsewhere than glibc both do nothing.
+``trim`` hands what streams freed back to the OS. glibc gives each thread that allocates
+an arena of its own (up to eight per core) so that threads need not wait for each other's
+allocations; but Python threads allocate under the GIL, one at a time, so those arenas buy
+nothing and each keeps pages of its own. ``cap_arenas`` (called once, as Django is set
+up: ``core.apps``) lets all of them share two, the main thread's and one more. Elsewhere
+than glibc both do nothing.
 """
 
 from __future__ import annotations

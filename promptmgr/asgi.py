@@ -26,10 +26,6 @@ import django
 from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "promptmgr.settings")
-from core import malloc  # noqa: E402
-
-# Before any thread starts (the run queue's slots, the requests' threads).
-malloc.cap_arenas()
 django.setup(set_prefix=False)
 
 from django.conf import settings  # noqa: E402  (after Django is set up)

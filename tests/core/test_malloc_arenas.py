@@ -1,6 +1,7 @@
 """The served app's threads share two glibc arenas (``core.malloc.cap_arenas``, called as
-``promptmgr.asgi`` is imported, before any thread starts): each arena keeps pages of its
-own, and Python threads, allocating under the GIL, gain nothing from one each.
+Django is set up, ``core.apps``, which ``promptmgr.asgi``'s import does before any thread
+starts): each arena keeps pages of its own, and Python threads, allocating under the GIL,
+gain nothing from one each.
 
 Counted in a real interpreter started as uvicorn starts the app (``PYTHONMALLOC=malloc``),
 by glibc's own report (``malloc_stats``, one "Arena N:" per arena), after threads have

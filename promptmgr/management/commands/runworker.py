@@ -18,7 +18,6 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from core import malloc
 from promptmgr.lifecycle import serve_worker
 
 
@@ -40,7 +39,6 @@ class Command(BaseCommand):
             raise CommandError("--concurrency must be at least 1")
         if options["verbosity"] > 0:
             self.stdout.write(f"Taking runs off the queue, {concurrency} at once; Ctrl+C or SIGTERM stops.")
-        malloc.cap_arenas()  # before the run queue's slots start (core.malloc)
         asyncio.run(serve_worker(concurrency))
         if options["verbosity"] > 0:
             self.stdout.write(self.style.SUCCESS("Stopped."))
