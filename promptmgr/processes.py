@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import math
 import os
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 READ_CHUNK = 256 * 1024
 # While the child keeps printing (reads less than twice this apart), stdout is left
@@ -283,25 +285,188 @@ def _widen_pipe(fd: int) -> None:
         fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
 
 
-async def _pipe_from_child(*, widen: bool) -> tuple[int, asyncio.StreamReader, asyncio.ReadTransport]:
-    """A pipe for the child's output: the end to hand to the child, and our reader of it."""
+async def _pipe_from_child(protocol: asyncio.Protocol, *, widen: bool) -> tuple[int, asyncio.ReadTransport]:
+    """A pipe for the child's output: the end to hand to the child, and our transport
+    reading it into ``protocol``."""
     read_fd, child_fd = os.pipe()
     if widen:
         _widen_pipe(read_fd)
-    reader = asyncio.StreamReader(limit=READ_CHUNK)
     try:
         transport, _protocol = await asyncio.get_running_loop().connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(read_fd, "rb", buffering=0)
+            lambda: protocol, os.fdopen(read_fd, "rb", buffering=0)
         )
     except BaseException:
         os.close(child_fd)
         raise
-    return child_fd, reader, transport
+    return child_fd, transport
 
 
-def _resume(transport: asyncio.ReadTransport) -> None:
-    if not transport.is_closing():
-        transport.resume_reading()
+class StdoutLines(asyncio.Protocol):
+    """A child's stdout, split into lines as it arrives, for the one reader that takes them
+    (``ManagedProcess.next_line``).
+
+    The transport hands each read straight to ``data_received``; a waiting reader is
+    woken by a future, and its timeout is one timer that stays armed while lines keep
+    coming. This replaced a ``StreamReader``, a task that split its reads into an
+    ``asyncio.Queue``, and an ``asyncio.timeout`` per wait: at a model's pace every line
+    paid a wake-up of that task, the queue's hand-over and the timeout's set-up and
+    removal (see the design notes, "Reading the CLI's output").
+
+    Reads are paced while the child prints in a burst (``READ_INTERVAL``), and reading
+    stops while ``max_lines`` lines wait unread, so a child that outruns its reader waits
+    on a full pipe instead of filling this worker's memory.
+    """
+
+    def __init__(self, *, max_line_bytes: int, max_lines: int) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.max_line_bytes = max_line_bytes
+        self.max_lines = max_lines
+        self.lines: deque[Line | None] = deque()  # None: the end of the output
+        self.reads = 0  # reads so far: a burst of lines takes few (see READ_INTERVAL)
+        self.eof = False  # the child closed its stdout: it is on its way out
+        self.closed: asyncio.Future[None] = self.loop.create_future()
+        self.transport: asyncio.ReadTransport | None = None
+        self._buffer = bytearray()  # the start of a line whose end has not come yet
+        self._skipping = False  # inside an over-long line whose head was already taken
+        self._last_read = -READ_INTERVAL
+        self._paced = False  # reading paused for READ_INTERVAL
+        self._full = False  # reading paused: max_lines lines wait
+        self._waiter: asyncio.Future[None] | None = None
+        self._deadline = math.inf  # the waiting reader's
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # A read pipe's transport (uvloop's is not registered as asyncio's class).
+        self.transport = cast(asyncio.ReadTransport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.reads += 1
+        now = self.loop.time()
+        # Still a burst when the previous read was a paced one, just over READ_INTERVAL
+        # ago. A pause never delays a line that comes READ_INTERVAL or more after the read
+        # before it.
+        if now - self._last_read < 2 * READ_INTERVAL and not self._paced and not self._full:
+            self._paced = True
+            self._pause()
+            self.loop.call_later(READ_INTERVAL, self._pace_over)
+        self._last_read = now
+        self._split(data)
+        if len(self.lines) >= self.max_lines and not self._full:
+            self._full = True
+            if not self._paced:
+                self._pause()
+        if self.lines:  # not for the middle of a long line
+            self._wake()
+
+    def eof_received(self) -> bool | None:
+        self.eof = True
+        return None  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._buffer and not self._skipping:
+            self.lines.append(Line(bytes(self._buffer)))
+        self._buffer.clear()
+        self.lines.append(None)
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self._wake()
+
+    def _split(self, data: bytes) -> None:
+        limit = self.max_line_bytes
+        buffer = self._buffer
+        start = 0
+        while True:
+            newline = data.find(b"\n", start)
+            if newline >= 0 and not buffer and not self._skipping and newline - start <= limit:
+                self.lines.append(Line(data[start:newline]))  # a whole line in this read
+                start = newline + 1
+                continue
+            end = len(data) if newline < 0 else newline
+            if not self._skipping:
+                buffer += data[start:end]
+                if len(buffer) > limit:
+                    self.lines.append(Line(bytes(buffer[:limit]), truncated=True))
+                    buffer.clear()
+                    self._skipping = True
+            if newline < 0:
+                return
+            if self._skipping:
+                self._skipping = False
+            else:
+                self.lines.append(Line(bytes(buffer)))
+            buffer.clear()
+            start = newline + 1
+
+    def take(self) -> Line | None | LineTimeout:
+        """The next line if one waits (None at the end of output), else TIMEOUT."""
+        if not self.lines:
+            return TIMEOUT
+        line = self.lines.popleft()
+        if self._full and len(self.lines) < self.max_lines:
+            self._full = False
+            if not self._paced:
+                self._resume()
+        return line
+
+    async def get(self, timeout: float | None) -> Line | None | LineTimeout:
+        """The next line, waiting at most ``timeout`` seconds (None: as long as it takes);
+        TIMEOUT when none came."""
+        line = self.take()
+        if line is not TIMEOUT:
+            return line
+        deadline = math.inf if timeout is None else self.loop.time() + timeout
+        self._arm(deadline)
+        while True:
+            waiter = self._waiter = self.loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+            line = self.take()
+            if line is not TIMEOUT or self.loop.time() >= deadline:
+                return line
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _arm(self, deadline: float) -> None:
+        # A timer already armed to fire no later is kept: it re-arms itself for the
+        # deadline of whoever waits then (a paced stream would otherwise set one up and
+        # take it down for every line).
+        self._deadline = deadline
+        timer = self._timer
+        if timer is not None:
+            if timer.when() <= deadline:
+                return
+            timer.cancel()
+            self._timer = None
+        if deadline != math.inf:
+            self._timer = self.loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        waiter = self._waiter
+        if waiter is None or waiter.done() or self._deadline == math.inf:
+            return
+        if self.loop.time() >= self._deadline:
+            waiter.set_result(None)
+        else:
+            self._timer = self.loop.call_at(self._deadline, self._expire)
+
+    def _pace_over(self) -> None:
+        self._paced = False
+        if not self._full:
+            self._resume()
+
+    def _pause(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def _resume(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
 
 class SpawnedChild:
@@ -433,7 +598,7 @@ class PipedChild:
 
     child: SpawnedChild
     stdin: int  # the write end, non-blocking; whoever feeds the child closes it
-    stdout: asyncio.StreamReader
+    stdout: StdoutLines
     stdout_transport: asyncio.ReadTransport
     stderr: asyncio.StreamReader
     stderr_transport: asyncio.ReadTransport
@@ -449,15 +614,16 @@ def guarded(argv: list[str]) -> list[str]:
 
 
 async def spawn_piped(
-    argv: list[str], *, cwd: Path | str | None, env: dict[str, str], nice: int
+    argv: list[str], *, cwd: Path | str | None, env: dict[str, str], nice: int, stdout: StdoutLines
 ) -> PipedChild:
     """Start ``argv`` under the guardian (``guarded``) with vfork, in a session of its own,
     ``nice`` lower in priority (see ``lower_priority``), its stdin, stdout and stderr on
-    pipes of ours."""
+    pipes of ours, stdout read into ``stdout``."""
     # Output pipes of our own: stdout can then be widened and its reading paced, and
-    # both are closed by their drains even when a stray process holds the other end.
-    stdout_child, stdout, stdout_transport = await _pipe_from_child(widen=True)
-    stderr_child, stderr, stderr_transport = await _pipe_from_child(widen=False)
+    # both are closed by us even when a stray process holds the other end.
+    stdout_child, stdout_transport = await _pipe_from_child(stdout, widen=True)
+    stderr = asyncio.StreamReader(limit=READ_CHUNK)
+    stderr_child, stderr_transport = await _pipe_from_child(asyncio.StreamReaderProtocol(stderr), widen=False)
     stdin_child, stdin = os.pipe()
     try:
         popen = subprocess.Popen(
@@ -484,17 +650,17 @@ async def spawn_piped(
 
 
 class ManagedProcess:
-    def __init__(self, proc: SpawnedChild, *, max_line_bytes: int, queue_size: int) -> None:
+    def __init__(
+        self, proc: SpawnedChild, stdout: StdoutLines, stdout_transport: asyncio.ReadTransport
+    ) -> None:
         self.proc = proc
         self.pgid = proc.pid
         self.tree = ProcessTree(proc.pid)
-        self.max_line_bytes = max_line_bytes
-        self.lines: asyncio.Queue[Line | None] = asyncio.Queue(maxsize=queue_size)
+        self._stdout = stdout
+        self._stdout_transport = stdout_transport
         self._stderr_tail: deque[bytes] = deque()
         self._stderr_size = 0
         self._tasks: list[asyncio.Task[None]] = []
-        self.stdout_reads = 0  # reads of stdout so far: a burst of lines takes few (see READ_INTERVAL)
-        self.output_ended = False  # the child closed its stdout: it is on its way out
         self._exit_code: int | None = None  # set once stop() has reaped the tree
         self.input: ChildInput | None = None  # the open stdin of a child spawned without stdin_data
 
@@ -514,8 +680,9 @@ class ManagedProcess:
 
         ``stdin_data`` is fed to the child and its input closed; with None the input
         stays open as ``input`` instead."""
-        piped = await spawn_piped(argv, cwd=cwd, env=env, nice=nice)
-        managed = cls(piped.child, max_line_bytes=max_line_bytes, queue_size=queue_size)
+        stdout = StdoutLines(max_line_bytes=max_line_bytes, max_lines=queue_size)
+        piped = await spawn_piped(argv, cwd=cwd, env=env, nice=nice, stdout=stdout)
+        managed = cls(piped.child, stdout, piped.stdout_transport)
         feed: list[asyncio.Task[None]] = []
         if stdin_data is None:
             managed.input = ChildInput(piped.stdin)
@@ -523,7 +690,6 @@ class ManagedProcess:
             feed.append(asyncio.create_task(_feed(piped.stdin, stdin_data)))
         managed._tasks = [
             *feed,
-            asyncio.create_task(managed._drain_stdout(piped.stdout, piped.stdout_transport)),
             asyncio.create_task(managed._drain_stderr(piped.stderr, piped.stderr_transport)),
         ]
         return managed
@@ -532,48 +698,15 @@ class ManagedProcess:
     def pid(self) -> int:
         return self.proc.pid
 
-    async def _drain_stdout(self, stdout: asyncio.StreamReader, transport: asyncio.ReadTransport) -> None:
-        limit = self.max_line_bytes
-        buffer = bytearray()
-        skipping = False  # inside an over-long line whose head was already emitted
-        loop = asyncio.get_running_loop()
-        last_read = -READ_INTERVAL
-        try:
-            while chunk := await stdout.read(READ_CHUNK):
-                self.stdout_reads += 1
-                now = loop.time()
-                # Still a burst when the previous read was a paced one, just over
-                # READ_INTERVAL ago. Not while the reader itself holds the pipe (its buffer
-                # is full): only it may resume then. A pause never delays a line that comes
-                # READ_INTERVAL or more after the read before it.
-                if now - last_read < 2 * READ_INTERVAL and transport.is_reading():
-                    transport.pause_reading()
-                    loop.call_later(READ_INTERVAL, _resume, transport)
-                last_read = now
-                start = 0
-                while True:
-                    newline = chunk.find(b"\n", start)
-                    end = len(chunk) if newline < 0 else newline
-                    if not skipping:
-                        buffer += chunk[start:end]
-                        if len(buffer) > limit:
-                            await self.lines.put(Line(bytes(buffer[:limit]), truncated=True))
-                            buffer.clear()
-                            skipping = True
-                    if newline < 0:
-                        break
-                    if skipping:
-                        skipping = False
-                    else:
-                        await self.lines.put(Line(bytes(buffer)))
-                    buffer.clear()
-                    start = newline + 1
-            self.output_ended = True
-            if buffer and not skipping:
-                await self.lines.put(Line(bytes(buffer)))
-        finally:
-            transport.close()  # also when stop() gave up waiting for the end of output
-            await self.lines.put(None)
+    @property
+    def stdout_reads(self) -> int:
+        """Reads of stdout so far: a burst of lines takes few (see ``READ_INTERVAL``)."""
+        return self._stdout.reads
+
+    @property
+    def output_ended(self) -> bool:
+        """The child closed its stdout: it is on its way out."""
+        return self._stdout.eof
 
     async def _drain_stderr(self, stderr: asyncio.StreamReader, transport: asyncio.ReadTransport) -> None:
         try:
@@ -590,17 +723,18 @@ class ManagedProcess:
 
     async def next_line(self, timeout: float) -> Line | None | LineTimeout:
         """The next stdout line, None at end of output, or TIMEOUT."""
-        try:
-            return self.lines.get_nowait()
-        except asyncio.QueueEmpty:
-            pass
-        try:
-            async with asyncio.timeout(timeout):  # no task of its own, unlike wait_for
-                return await self.lines.get()
-        except TimeoutError:
+        line = await self._stdout.get(timeout)
+        if line is TIMEOUT:
             # A quiet moment: note the groups of Bash commands started meanwhile.
             self.tree.collect_recent()
-            return TIMEOUT
+        return line
+
+    async def line(self) -> Line | None:
+        """The next stdout line, or None at end of output, however long it takes."""
+        while True:
+            line = await self._stdout.get(None)
+            if not isinstance(line, LineTimeout):
+                return line
 
     def terminate(self) -> None:
         """Ask the whole tree to exit, killing it after a grace period (the read loop then
@@ -609,10 +743,7 @@ class ManagedProcess:
 
     def ready_line(self) -> Line | None | LineTimeout:
         """A line that is already waiting, without waiting; TIMEOUT when there is none."""
-        try:
-            return self.lines.get_nowait()
-        except asyncio.QueueEmpty:
-            return TIMEOUT
+        return self._stdout.take()
 
     async def stop(self, *, grace: float = KILL_GRACE) -> int:
         """Terminate the whole tree, kill what is left after ``grace``, reap the child.
@@ -630,10 +761,12 @@ class ManagedProcess:
                 await asyncio.wait_for(self.proc.wait(), EXIT_GRACE)
         await self.tree.reap(grace, also=lambda: self.proc.returncode is not None)
         code = await self.proc.wait()
-        # The drains end once the pipes close; give them a moment, then stop waiting. A
+        # The output ends once the pipes close; give them a moment, then stop waiting. A
         # process outside the tree (a daemon a tool started) may hold the pipes open
-        # forever: the cancelled drains then close our ends, before stop() returns.
-        _done, pending = await asyncio.wait(self._tasks, timeout=2)
+        # forever: our ends are then closed (stdout's, and the cancelled stderr drain's),
+        # before stop() returns.
+        _done, pending = await asyncio.wait([*self._tasks, self._stdout.closed], timeout=2)
+        self._stdout_transport.close()  # a no-op once closed; else the lines end here
         for task in pending:
             task.cancel()
         if pending:

@@ -112,7 +112,7 @@ class IsolatedCLITransport(Transport):
         if process is None:
             raise CLIConnectionError("Not connected")
         try:
-            while (line := await process.lines.get()) is not None:
+            while (line := await process.line()) is not None:
                 tapped = read_line(line)
                 self._on_item(tapped)
                 message = _for_sdk(line, tapped)

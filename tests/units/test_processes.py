@@ -78,6 +78,80 @@ async def test_a_read_timeout_returns_the_timeout_marker(tmp_path: Path) -> None
     await proc.stop(grace=1)
 
 
+async def test_a_short_wait_after_a_long_one_times_out_on_its_own_deadline(tmp_path: Path) -> None:
+    # The reader keeps one timer armed while lines come: a long wait that got its line
+    # must not leave a shorter wait after it waiting for the long one's deadline.
+    proc = await spawn("import time; print('first', flush=True); time.sleep(5); print('late')", tmp_path)
+    assert await proc.next_line(30) == Line(b"first")
+    started = time.monotonic()
+    assert await proc.next_line(0.2) is TIMEOUT
+    assert time.monotonic() - started < 2
+    await proc.stop(grace=1)
+
+
+async def test_a_long_wait_after_a_short_one_is_not_cut_short_by_its_timer(tmp_path: Path) -> None:
+    # The short wait's timer is still armed when the long wait starts: it must re-arm
+    # for the long one's deadline, not end it early.
+    code = "import time; print('first', flush=True); time.sleep(0.6); print('second', flush=True)"
+    proc = await spawn(code, tmp_path)
+    assert await proc.next_line(0.3) == Line(b"first")
+    assert await proc.next_line(10) == Line(b"second")
+    await proc.stop()
+
+
+async def test_a_child_that_outruns_its_reader_waits_and_every_line_arrives_in_order(tmp_path: Path) -> None:
+    # Five lines may wait unread; the child prints 2,000, one write each, as fast as it
+    # can, and the reader takes them slowly: reading stops and resumes, nothing is lost.
+    code = "import os\nfor i in range(2000):\n    os.write(1, b'line %d\\n' % i)\n"
+    proc = await spawn(code, tmp_path, queue_size=5)
+    taken: list[bytes] = []
+    while (item := await proc.next_line(10)) is not None:
+        assert isinstance(item, Line)
+        taken.append(item.data)
+        if len(taken) % 100 == 0:
+            await asyncio.sleep(0.01)  # a slow reader: the child meets a full pipe
+    assert taken == [b"line %d" % i for i in range(2000)]
+    assert await proc.stop() == 0
+
+
+class _FakeReadTransport(asyncio.ReadTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_reading(self) -> bool:
+        return self.reading
+
+    def is_closing(self) -> bool:
+        return False
+
+
+async def test_reading_stops_while_max_lines_wait_and_resumes_once_one_is_taken(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(processes, "READ_INTERVAL", 0.0)  # no pacing: only the limit pauses
+    lines = processes.StdoutLines(max_line_bytes=1000, max_lines=3)
+    transport = _FakeReadTransport()
+    lines.connection_made(transport)
+
+    lines.data_received(b"a\nb\n")
+    assert transport.is_reading()
+    lines.data_received(b"c\nd\n")
+    assert not transport.is_reading()  # four wait, past the three allowed
+
+    assert lines.take() == Line(b"a")
+    assert not transport.is_reading()  # three still wait
+    assert lines.take() == Line(b"b")
+    assert transport.is_reading()
+    assert [lines.take(), lines.take(), lines.take()] == [Line(b"c"), Line(b"d"), TIMEOUT]
+
+
 async def test_stderr_is_kept_as_a_tail(tmp_path: Path) -> None:
     proc = await spawn("import sys; sys.stderr.write('x' * 100000 + 'THE END')", tmp_path)
     await lines_of(proc)
