@@ -102,6 +102,7 @@ bench: $(VENV)/.installed-app
 	$(PY) bench/decision_path.py
 	$(PY) bench/mcp_hop.py
 	$(PY) bench/machinery.py
+	$(PY) bench/line_reader.py
 	$(PY) bench/streams_footprint.py
 	$(PY) bench/scale.py
 	$(PY) bench/workspace_git.py
