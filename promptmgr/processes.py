@@ -460,6 +460,11 @@ class StdoutLines(asyncio.Protocol):
         if not self._full:
             self._resume()
 
+    def close(self) -> None:
+        """Stop reading (``connection_lost`` then ends the lines)."""
+        if self.transport is not None:
+            self.transport.close()
+
     def _pause(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.pause_reading()
@@ -598,8 +603,7 @@ class PipedChild:
 
     child: SpawnedChild
     stdin: int  # the write end, non-blocking; whoever feeds the child closes it
-    stdout: StdoutLines
-    stdout_transport: asyncio.ReadTransport
+    stdout: StdoutLines  # holds its transport
     stderr: asyncio.StreamReader
     stderr_transport: asyncio.ReadTransport
 
@@ -646,18 +650,15 @@ async def spawn_piped(
             os.close(fd)
     os.set_blocking(stdin, False)
     lower_priority(popen.pid, nice)
-    return PipedChild(SpawnedChild(popen), stdin, stdout, stdout_transport, stderr, stderr_transport)
+    return PipedChild(SpawnedChild(popen), stdin, stdout, stderr, stderr_transport)
 
 
 class ManagedProcess:
-    def __init__(
-        self, proc: SpawnedChild, stdout: StdoutLines, stdout_transport: asyncio.ReadTransport
-    ) -> None:
+    def __init__(self, proc: SpawnedChild, stdout: StdoutLines) -> None:
         self.proc = proc
         self.pgid = proc.pid
         self.tree = ProcessTree(proc.pid)
         self._stdout = stdout
-        self._stdout_transport = stdout_transport
         self._stderr_tail: deque[bytes] = deque()
         self._stderr_size = 0
         self._tasks: list[asyncio.Task[None]] = []
@@ -682,7 +683,7 @@ class ManagedProcess:
         stays open as ``input`` instead."""
         stdout = StdoutLines(max_line_bytes=max_line_bytes, max_lines=queue_size)
         piped = await spawn_piped(argv, cwd=cwd, env=env, nice=nice, stdout=stdout)
-        managed = cls(piped.child, stdout, piped.stdout_transport)
+        managed = cls(piped.child, stdout)
         feed: list[asyncio.Task[None]] = []
         if stdin_data is None:
             managed.input = ChildInput(piped.stdin)
@@ -766,7 +767,7 @@ class ManagedProcess:
         # forever: our ends are then closed (stdout's, and the cancelled stderr drain's),
         # before stop() returns.
         _done, pending = await asyncio.wait([*self._tasks, self._stdout.closed], timeout=2)
-        self._stdout_transport.close()  # a no-op once closed; else the lines end here
+        self._stdout.close()  # a no-op once closed; else the lines end here
         for task in pending:
             task.cancel()
         if pending:
