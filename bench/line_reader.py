@@ -28,13 +28,11 @@ if __package__ in (None, ""):
 
 import uvloop  # noqa: E402
 
+from bench.machinery import stream_line  # noqa: E402
 from bench.report import fmt, median, table  # noqa: E402
 from promptmgr.processes import TIMEOUT, ManagedProcess  # noqa: E402
 
-LINE = (
-    b'{"type":"stream_event","event":{"type":"content_block_delta","index":0,'
-    b'"delta":{"type":"text_delta","text":"hello world, some text"}}}\n'
-)
+LINE = stream_line(300) + b"\n"  # a text delta as the CLI prints it, with its ids
 READ_TIMEOUT = 2.0  # as the runner's (RUN_READ_TIMEOUT)
 
 
