@@ -29,6 +29,9 @@ resident size. A and B repetitions alternate (AB, BA, …) so other load hits bo
    longest gap between the ticks of a 1 ms ticker while a 35 KB dense reply renders; and
    a 300-character text (``INLINE_MAX_CHARS``) through the render process against in place.
 5. ``gc.freeze()`` after start-up: one full ``gc.collect()``, frozen against not.
+6. The bound of a bare Redis exchange (``core.redis.bare_exchange``, one per append round
+   trip and shared read; B bounds the same send and read with ``asyncio.timeout``): this
+   process's CPU time per ``PING`` exchange on a ``bare_connection`` to the stack's Redis.
 
 The notes under the table give each stall's floor: the same ticker with nothing to do.
 """
@@ -464,6 +467,35 @@ def gc_freeze(reps: int) -> list[Compared]:
     return [collect]
 
 
+async def exchange_bound(reps: int, exchanges: int) -> list[Compared]:
+    from core import redis as core_redis
+
+    async def under_asyncio_timeout(
+        connection: Any, commands: list[list[str]], *, timeout: float
+    ) -> list[Any]:
+        packed = b"".join(core_redis.pack(*command) for command in commands)
+        async with asyncio.timeout(timeout):
+            await connection.send_packed_command(packed, check_health=False)
+            return [await connection.read_response() for _command in commands]
+
+    cpu = Compared("6 bare Redis exchange, CPU per PING (µs)", digits=1)
+    connection = core_redis.bare_connection("machinery")
+    ping = [["PING"]]
+    try:
+        await core_redis.bare_exchange(connection, ping, timeout=LINE_TIMEOUT)  # connected
+        for _rep, trick_first in alternate(reps):
+            for trick in (trick_first, not trick_first):
+                exchange = core_redis.bare_exchange if trick else under_asyncio_timeout
+                start = time.process_time()
+                for _ in range(exchanges):
+                    await exchange(connection, ping, timeout=LINE_TIMEOUT)
+                elapsed = (time.process_time() - start) / exchanges * 1e6
+                (cpu.trick if trick else cpu.plain).append(elapsed)
+    finally:
+        await connection.disconnect()
+    return [cpu]
+
+
 def rss_mib(pid: int | str = "self") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -542,6 +574,8 @@ async def measure(stack: harness.Stack, args: argparse.Namespace, notes: list[st
     render = await markdown_pool(args.render_reps, args.short_reps, notes)
     print("  4 Markdown render process done", flush=True)
     await sync_to_async(load_instance_uid)()
+    exchange = await exchange_bound(args.exchange_reps, args.exchanges)
+    print("  6 exchange bound done", flush=True)
     rate, line_size = await cli_line_rate(stack, args.lines)
     notes.append(
         f"1: the bundled CLI printed {args.lines:,} scripted deltas at {rate:,.0f} lines/s, {line_size} B each"
@@ -556,7 +590,7 @@ async def measure(stack: harness.Stack, args: argparse.Namespace, notes: list[st
     spawn += await spawns(args.spawn_reps, notes)
     del ballast
     print("  3 spawn done", flush=True)
-    return [*reads, *pipe, *spawn, *render, *freeze]
+    return [*reads, *pipe, *spawn, *render, *freeze, *exchange]
 
 
 def main() -> None:
@@ -570,6 +604,8 @@ def main() -> None:
     parser.add_argument("--render-reps", type=int, default=12)
     parser.add_argument("--short-reps", type=int, default=200)
     parser.add_argument("--gc-reps", type=int, default=10)
+    parser.add_argument("--exchange-reps", type=int, default=10)
+    parser.add_argument("--exchanges", type=int, default=2000, help="PING exchanges per repetition")
     parser.add_argument("--grown-mib", type=int, default=100, help="ballast for the second spawn row")
     args = parser.parse_args()
 

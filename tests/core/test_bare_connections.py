@@ -128,3 +128,37 @@ async def test_the_streams_reader_reports_a_silent_redis_and_delivers_once_it_an
         assert not tail.failing
     finally:
         tail.close()
+
+
+async def test_an_exchange_cancelled_from_elsewhere_is_cancelled_not_timed_out(
+    relay: SilentableRelay,
+) -> None:
+    # A worker's shutdown cancels the appender and the streams' reader mid-exchange: that
+    # must stay a cancellation, which their callers end on, not become a Redis timeout.
+    relay.silent = True
+    connection = core_redis.bare_connection("test")
+    exchange = asyncio.create_task(core_redis.bare_exchange(connection, [["PING"]], timeout=30))
+    await asyncio.sleep(0.2)  # sent, and waiting for a reply that does not come
+
+    exchange.cancel()
+
+    with pytest.raises(asyncio.CancelledError):
+        await exchange
+    await connection.disconnect()
+
+
+async def test_an_exchange_past_its_bound_raises_a_timeout_and_leaves_its_task_uncancelled(
+    relay: SilentableRelay,
+) -> None:
+    relay.silent = True
+    connection = core_redis.bare_connection("test")
+    task = asyncio.current_task()
+    assert task is not None
+
+    with pytest.raises(redis.TimeoutError, match="PING within 0.3 s"):
+        await core_redis.bare_exchange(connection, [["PING"]], timeout=0.3)
+
+    # The bound's own cancellation was taken back: the task goes on as if never cancelled.
+    assert task.cancelling() == 0
+    assert not connection.is_connected
+    await asyncio.sleep(0)  # would raise CancelledError had a cancellation been left pending
