@@ -13,7 +13,6 @@ import asyncio
 import contextvars
 import gc
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -77,17 +76,43 @@ end
 _APPEND_LUA = APPEND_LUA_FUNCTION + "return append_events(KEYS[1], KEYS[2], ARGV, 1)\n"
 
 
-@dataclass(frozen=True)
 class Event:
     """One SSE event of a run: ``id`` is its position in the run, starting at 1.
 
     ``raw`` is the JSON text as stored, when known, so serving it needs no re-encoding.
+    An event read from Redis has only its text until ``data`` is first asked for: a stream
+    serves ``raw`` as it is, and decoding every delta for every worker's streams was work
+    nobody used.
     """
 
-    id: int
-    event: str
-    data: dict[str, Any]
-    raw: str | None = field(default=None, compare=False, repr=False)
+    __slots__ = ("_data", "event", "id", "raw")
+
+    def __init__(
+        self, id: int, event: str, data: dict[str, Any] | None = None, raw: str | None = None
+    ) -> None:
+        if data is None and raw is None:
+            raise TypeError("an Event needs its data or its raw JSON text")
+        self.id = id
+        self.event = event
+        self._data = data
+        self.raw = raw
+
+    @property
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            assert self.raw is not None
+            self._data = decode_json(self.raw)
+        return self._data
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Event):
+            return NotImplemented
+        return (self.id, self.event, self.data) == (other.id, other.event, other.data)
+
+    __hash__ = None  # type: ignore[assignment]  # equal by its data, a dict
+
+    def __repr__(self) -> str:
+        return f"Event(id={self.id!r}, event={self.event!r}, data={self.data!r})"
 
     def to_sse(self) -> bytes:
         payload = self.raw if self.raw is not None else encode_json(self.data)
@@ -96,8 +121,7 @@ class Event:
 
 
 def _decode(entry_id: str, fields: dict[str, str]) -> Event:
-    raw = fields["data"]
-    return Event(id=int(entry_id.split("-", 1)[1]), event=fields["event"], data=decode_json(raw), raw=raw)
+    return Event(id=int(entry_id.split("-", 1)[1]), event=fields["event"], raw=fields["data"])
 
 
 def _stream_id(event_id: int) -> str:

@@ -102,3 +102,18 @@ async def test_client_going_away_cancels_and_reraises() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def test_an_event_read_from_redis_is_served_as_stored_and_decoded_when_asked() -> None:
+    stored = '{"text":"é","n":1.50}'  # as written: a float's spelling and non-ASCII kept
+    event = Event(7, "text_delta", raw=stored)
+
+    assert event.to_sse() == f"id: 7\nevent: text_delta\ndata: {stored}\n\n".encode()
+    assert event.data == {"text": "é", "n": 1.5}
+    assert event == Event(7, "text_delta", {"text": "é", "n": 1.5})
+    assert event != Event(7, "text_delta", {"text": "e"})
+
+
+def test_an_event_needs_its_data_or_its_text() -> None:
+    with pytest.raises(TypeError):
+        Event(1, "prompt")
