@@ -268,8 +268,8 @@ def bare_connection(part: str) -> aredis.Connection:
     callbacks: at one run's pace that was a quarter of the worker's CPU per delta, more
     than the command's own socket write (bench/scale.py, py-spy). Here one task at a time
     sends and reads on the connection itself through ``bare_exchange``, which bounds each
-    exchange with ``asyncio.timeout`` (the connection has no socket timeout, so a send
-    needs no task) and meets failures as the client did: ``redis.ConnectionError`` and
+    exchange with one timer (the connection has no socket timeout, so a send needs no
+    task) and meets failures as the client did: ``redis.ConnectionError`` and
     ``redis.TimeoutError``, the connection closed, the next send connecting again. RESP2,
     so replies are plain lists and the handshake has no ``HELLO``.
     """
