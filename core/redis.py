@@ -313,6 +313,7 @@ async def bare_exchange(
     task = asyncio.current_task()
     assert task is not None, "bare_exchange runs in a task"
     bound = _Bound(task)
+    cancelling = task.cancelling()  # cancellations the task was already in when it came here
     expiry = task.get_loop().call_later(timeout, bound.expire)
     try:
         await connection.send_packed_command(packed, check_health=False)
@@ -322,7 +323,7 @@ async def bare_exchange(
             except redis.ResponseError as exc:
                 replies.append(exc)
     except asyncio.CancelledError:
-        if not bound.expired or task.uncancel() > 0:
+        if not bound.expired or task.uncancel() > cancelling:
             raise  # cancelled from elsewhere (as well): that cancellation goes on
         await connection.disconnect(nowait=True)
         raise redis.TimeoutError(f"Redis did not answer {commands[0][0]} within {timeout:g} s") from None

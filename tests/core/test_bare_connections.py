@@ -162,3 +162,25 @@ async def test_an_exchange_past_its_bound_raises_a_timeout_and_leaves_its_task_u
     assert task.cancelling() == 0
     assert not connection.is_connected
     await asyncio.sleep(0)  # would raise CancelledError had a cancellation been left pending
+
+
+async def test_an_exchange_in_a_task_that_caught_a_cancellation_still_times_out(
+    relay: SilentableRelay,
+) -> None:
+    # As asyncio.timeout: only a cancellation beyond those the task was already in is
+    # someone else's (a shutdown's clean-up may have caught one and gone on).
+    relay.silent = True
+    connection = core_redis.bare_connection("test")
+
+    async def after_a_caught_cancellation() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(1)
+        with pytest.raises(redis.TimeoutError):
+            await core_redis.bare_exchange(connection, [["PING"]], timeout=0.3)
+        return task.cancelling()
+
+    assert await asyncio.create_task(after_a_caught_cancellation()) == 1
+    await connection.disconnect()
