@@ -310,11 +310,7 @@ async def bare_exchange(
     cancel count, as ``asyncio.timeout`` tells it."""
     packed = b"".join(pack(*command) for command in commands)
     replies: list[Any] = []
-    task = asyncio.current_task()
-    assert task is not None, "bare_exchange runs in a task"
-    bound = _Bound(task)
-    cancelling = task.cancelling()  # cancellations the task was already in when it came here
-    expiry = task.get_loop().call_later(timeout, bound.expire)
+    bound = _Bound(timeout)
     try:
         await connection.send_packed_command(packed, check_health=False)
         for _command in commands:
@@ -323,27 +319,39 @@ async def bare_exchange(
             except redis.ResponseError as exc:
                 replies.append(exc)
     except asyncio.CancelledError:
-        if not bound.expired or task.uncancel() > cancelling:
+        if not bound.took_back_its_own():
             raise  # cancelled from elsewhere (as well): that cancellation goes on
         await connection.disconnect(nowait=True)
         raise redis.TimeoutError(f"Redis did not answer {commands[0][0]} within {timeout:g} s") from None
     finally:
-        expiry.cancel()
+        bound.disarm()
     return replies
 
 
 class _Bound:
-    """``bare_exchange``'s deadline: cancels the task, and says it did."""
+    """``bare_exchange``'s deadline: a timer that cancels the running task, and the
+    bookkeeping that tells that cancellation from anyone else's (``asyncio.timeout``'s)."""
 
-    __slots__ = ("expired", "task")
+    __slots__ = ("_cancelling", "_expired", "_timer", "_task")
 
-    def __init__(self, task: asyncio.Task[Any]) -> None:
-        self.task = task
-        self.expired = False
+    def __init__(self, timeout: float) -> None:
+        task = asyncio.current_task()
+        assert task is not None, "bare_exchange runs in a task"
+        self._task = task
+        self._expired = False
+        self._cancelling = task.cancelling()  # cancellations the task was already in
+        self._timer = task.get_loop().call_later(timeout, self._expire)
 
-    def expire(self) -> None:
-        self.expired = True
-        self.task.cancel()
+    def _expire(self) -> None:
+        self._expired = True
+        self._task.cancel()
+
+    def took_back_its_own(self) -> bool:
+        """For a ``CancelledError``: whether it is the bound's alone, which this takes back."""
+        return self._expired and self._task.uncancel() <= self._cancelling
+
+    def disarm(self) -> None:
+        self._timer.cancel()
 
 
 _append_connections: PerLoop[aredis.Connection] = PerLoop(lambda _loop: bare_connection("appends"))
