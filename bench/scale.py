@@ -29,6 +29,9 @@ Figures, each beside its target:
    the app's lightest endpoint (``/_internal/identity``, answered on the event loop
    without Django) probed every 50 ms on a fresh connection; the server's CPU per delta;
    the deltas per second delivered against those asked for; the app's resident size.
+   Beside the CPU, the floor for that load: one bare relay process relaying ``--runs``
+   such streams at once (``relay_floor.py --streams``), which shares its wake-ups among
+   the streams as a loaded server can.
 
 The clients are raw asyncio sockets (no HTTP library), so that 550 streams in this
 process take as little as possible of the CPUs the app is measured on; all of this
@@ -622,7 +625,10 @@ async def phase(
 # --- Report -----------------------------------------------------------------------------------
 
 
-def report(idle: Idle, single: Single, loads: list[Load], floor_ms: float, args: argparse.Namespace) -> None:
+def report(
+    idle: Idle, single: Single, loads: list[Load], floors: tuple[float, float], args: argparse.Namespace
+) -> None:
+    floor_ms, load_floor_ms = floors
     print()
     print(
         table(
@@ -760,6 +766,14 @@ def report(idle: Idle, single: Single, loads: list[Load], floor_ms: float, args:
                 verdict(r.cpu_per_delta_ms, TARGET_CPU_PER_DELTA_MS, inclusive=True),
             ],
         ]
+    if loads:
+        target_rows.append(
+            [
+                f"  this machine's floor: a bare relay of {args.runs} streams at {args.rate:g}/s each",
+                f"{fmt(load_floor_ms, 3)} ms (bench/relay_floor.py --streams {args.runs})",
+                "",
+            ]
+        )
     print(
         table(
             ["target", "measured", "result"],
@@ -885,8 +899,12 @@ def main() -> None:
     assert idle is not None
     if single is None:
         single = Single(0, float("nan"), float("nan"), [])
-    print("  the machine's floor: a bare relay at the single run's pace …", flush=True)
-    report(idle, single, loads, relay_floor.measure(args.rate), args)
+    print(
+        "  the machine's floor: a bare relay at the single run's pace, and of as many streams as the load …",
+        flush=True,
+    )
+    floors = relay_floor.measure(args.rate), relay_floor.measure(args.rate, seconds=10.0, streams=args.runs)
+    report(idle, single, loads, floors, args)
     print(f"\nFinished in {time.monotonic() - started:.0f} s on {harness.machine()}.")
     print("Every process the benchmark started has been stopped.")
 
