@@ -22,9 +22,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import subprocess
 import sys
 import time
+import uuid
+from typing import Any
+from urllib.parse import urlsplit
+
+REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 WRITER = (
     "import sys, time\n"
@@ -46,16 +52,154 @@ READER = (
 )
 
 
-async def _relay(lines: int, rate: float, streams: int) -> float:
+# Each line appended as the app appends an event (core.events.APPEND_LUA_FUNCTION, reduced
+# to one event): its id from a counter, the entry under that id; with --via pubsub the
+# same script also publishes it.
+APPEND_LUA = """
+local last = redis.call('INCR', KEYS[2])
+redis.call('XADD', KEYS[1], '0-' .. last, 'data', ARGV[1])
+{publish}
+return last
+"""
+# The app's shared reader waits this long before its next XREAD while reads come back at
+# once (core.events._TailHub.READ_INTERVAL), so that one read takes many runs' events.
+READ_INTERVAL = 0.003
+
+
+def _pack(*args: str | bytes | int) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else str(arg).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+class _Resp:
+    """A bare Redis connection: one write per batch of commands, hiredis to parse (as
+    ``core.redis.bare_exchange`` on the app's two hot paths)."""
+
+    async def open(self, url: str) -> _Resp:
+        import hiredis
+
+        parts = urlsplit(url)
+        self.reader, self.writer = await asyncio.open_connection(parts.hostname, parts.port or 6379)
+        self.parser = hiredis.Reader()
+        database = parts.path.strip("/") or "0"
+        self.send(("SELECT", database))
+        await self.reply()
+        return self
+
+    def send(self, *commands: tuple[str | bytes | int, ...]) -> None:
+        self.writer.write(b"".join(_pack(*command) for command in commands))
+
+    async def reply(self) -> Any:
+        while (got := self.parser.gets()) is False:
+            data = await self.reader.read(65536)
+            if not data:
+                raise ConnectionError("Redis closed the connection")
+            self.parser.feed(data)
+        return got
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class _ViaRedis:
+    """Lines through Redis as the app's events go: appended (those that wait while a round
+    trip is under way go together in the next, as ``core.events._Appender``), and read back
+    by one tail for every stream, which writes each to its client: one blocking ``XREAD``
+    over all streams (``core.events._TailHub``), or a Pub/Sub subscription."""
+
+    def __init__(self, via: str, url: str, streams: int) -> None:
+        self.via, self.url = via, url
+        base = f"relay-floor:{uuid.uuid4().hex}"
+        self.keys = [(f"{base}:{i}:events", f"{base}:{i}:seq", f"{base}:{i}:channel") for i in range(streams)]
+        self.index = {name.encode(): i for i, names in enumerate(self.keys) for name in names}
+        self.clients: dict[int, asyncio.StreamWriter] = {}
+        self.pending: list[tuple[int, bytes]] = []
+        self.waiting: list[asyncio.Future[None]] = []
+        self.busy = False
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        publish = "redis.call('PUBLISH', KEYS[3], ARGV[1])" if self.via == "pubsub" else ""
+        self.appends = await _Resp().open(self.url)
+        self.appends.send(("SCRIPT", "LOAD", APPEND_LUA.format(publish=publish)))
+        self.sha = await self.appends.reply()
+        self.tail = await _Resp().open(self.url)
+        if self.via == "pubsub":
+            self.tail.send(("SUBSCRIBE", *(channel for _e, _s, channel in self.keys)))
+            for _ in self.keys:
+                await self.tail.reply()
+        self.task = asyncio.create_task(self._read_pubsub() if self.via == "pubsub" else self._read_xread())
+
+    async def append(self, stream: int, line: bytes) -> None:
+        self.pending.append((stream, line))
+        if self.busy:
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiting.append(waiter)
+            await waiter
+            return
+        self.busy = True
+        try:
+            while self.pending:
+                batch, self.pending = self.pending, []
+                waiting, self.waiting = self.waiting, []
+                self.appends.send(*(("EVALSHA", self.sha, 3, *self.keys[i], data) for i, data in batch))
+                for _ in batch:
+                    await self.appends.reply()
+                for waiter in waiting:
+                    waiter.set_result(None)
+        finally:
+            self.busy = False
+
+    async def _read_xread(self) -> None:
+        loop = asyncio.get_running_loop()
+        last = ["0-0"] * len(self.keys)
+        while True:
+            sent = loop.time()
+            names = [events for events, _s, _c in self.keys]
+            self.tail.send(("XREAD", "COUNT", 500, "BLOCK", 10_000, "STREAMS", *names, *last))
+            for key, entries in await self.tail.reply() or []:
+                stream = self.index[key]
+                client = self.clients.get(stream)
+                for _id, fields in entries:
+                    if client is not None:
+                        client.write(b"data: " + fields[1] + b"\n")
+                last[stream] = entries[-1][0].decode()
+            if loop.time() - sent < READ_INTERVAL:
+                await asyncio.sleep(READ_INTERVAL)
+
+    async def _read_pubsub(self) -> None:
+        while True:
+            _kind, channel, data = await self.tail.reply()
+            client = self.clients.get(self.index[channel])
+            if client is not None:
+                client.write(b"data: " + data + b"\n")
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        self.appends.send(("DEL", *(name for events, seq, _c in self.keys for name in (events, seq))))
+        await self.appends.reply()
+        self.appends.close()
+        self.tail.close()
+
+
+async def _relay(lines: int, rate: float, streams: int, via: str, redis_url: str) -> float:
     loop = asyncio.get_running_loop()
     ready: list[asyncio.subprocess.Process] = []
     gate = asyncio.Event()
     window: dict[str, float] = {}
     relayed = 0
     done: asyncio.Future[float] = loop.create_future()
+    redis = _ViaRedis(via, redis_url, streams) if via != "none" else None
+    if redis is not None:
+        await redis.start()
 
     async def serve(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal relayed
+        stream = len(ready)
         child = await asyncio.create_subprocess_exec(
             sys.executable,
             "-c",
@@ -68,6 +212,8 @@ async def _relay(lines: int, rate: float, streams: int) -> float:
         assert child.stdin is not None and child.stdout is not None
         await child.stdout.readline()  # ready: every stream starts at the gate, start-up not in the window
         ready.append(child)
+        if redis is not None:
+            redis.clients[stream] = writer
         if len(ready) == streams:
             gate.set()
         await gate.wait()
@@ -75,11 +221,15 @@ async def _relay(lines: int, rate: float, streams: int) -> float:
             window["start"], relayed = time.process_time(), 0
         child.stdin.write(b"go\n")
         while line := await child.stdout.readline():
-            writer.write(b"data: " + line + b"\n")
+            if redis is None:
+                writer.write(b"data: " + line + b"\n")
+            else:
+                await redis.append(stream, line)
             relayed += 1
         # The window ends with the first stream to end, while all still stream.
         if "end" not in window:
             window["end"], window["relayed"] = time.process_time(), relayed
+        await asyncio.sleep(0.1)  # the tail writes the last lines
         writer.close()
         await child.wait()
         if len(ready) == streams and all(c.returncode is not None for c in ready) and not done.done():
@@ -93,14 +243,18 @@ async def _relay(lines: int, rate: float, streams: int) -> float:
     finally:
         server.close()
         await reader.wait()
+        if redis is not None:
+            await redis.stop()
 
 
-def measure(rate: float = 50.0, seconds: float = 6.0, streams: int = 1) -> float:
+def measure(
+    rate: float = 50.0, seconds: float = 6.0, streams: int = 1, via: str = "none", redis_url: str = REDIS_URL
+) -> float:
     """CPU ms per line of a bare uvloop relay of ``streams`` streams at ``rate`` lines a
-    second each."""
+    second each; ``via`` "xread" or "pubsub" passes every line through Redis on the way."""
     import uvloop
 
-    return uvloop.run(_relay(max(10, int(rate * seconds)), rate, streams))
+    return uvloop.run(_relay(max(10, int(rate * seconds)), rate, streams, via, redis_url))
 
 
 def main() -> None:
@@ -110,11 +264,20 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0, help="lines a second (default 50)")
     parser.add_argument("--seconds", type=float, default=6.0, help="how long (default 6)")
     parser.add_argument("--streams", type=int, default=1, help="streams relayed at once (default 1)")
-    args = parser.parse_args()
-    floor = measure(args.rate, args.seconds, args.streams)
-    print(
-        f"bare relay floor, {args.streams} stream(s) at {args.rate:g} lines/s each: {floor:.3f} ms CPU per line"
+    parser.add_argument(
+        "--via",
+        choices=["none", "xread", "pubsub", "all"],
+        default="none",
+        help="pass each line through Redis, tailed by XREAD or Pub/Sub (default none; all: each in turn)",
     )
+    parser.add_argument(
+        "--redis-url", default=REDIS_URL, help="for --via (default $REDIS_URL or the local Redis)"
+    )
+    args = parser.parse_args()
+    for via in ("none", "xread", "pubsub") if args.via == "all" else (args.via,):
+        floor = measure(args.rate, args.seconds, args.streams, via, args.redis_url)
+        label = "bare relay" if via == "none" else f"relay through Redis ({via} tail)"
+        print(f"{label}, {args.streams} stream(s) at {args.rate:g} lines/s each: {floor:.3f} ms CPU per line")
 
 
 if __name__ == "__main__":

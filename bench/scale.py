@@ -1,6 +1,6 @@
 """Scale: many idle SSE watchers and many streaming runs on one machine, one worker and two.
 
-Run: ``.venv/bin/python bench/scale.py`` (about two and a half minutes on 2 cores).
+Run: ``.venv/bin/python bench/scale.py`` (about three minutes on 2 cores).
 
 A private stack (``bench/harness.py``: uvicorn, Redis, SQLite) whose runs start
 ``bench/fake_cli.py`` as the CLI: it replays what the real CLI prints (recorded, with
@@ -17,9 +17,12 @@ Figures, each beside its target:
    warm-up's long replies started has ended (``markdown.RENDER_IDLE_SECONDS`` without one).
 2. *One run at a real pace*: ``--rate`` deltas a second, one SSE client; the server's CPU
    time (the app's processes' CPU clocks, as ``cpu_ns`` reads them) per delta delivered,
-   over the run's streaming window. Beside it, the machine's floor at that pace: the CPU
-   per line of a bare uvloop relay, pipe to socket (``bench/relay_floor.py``); no server
-   that sends each delta as it comes spends less.
+   over the run's streaming window. Beside it, the machine's floors at that pace: the CPU
+   per line of a bare uvloop relay, pipe to socket (``bench/relay_floor.py``), which no
+   server that sends each delta as it comes can beat; and of the same relay passing each
+   line through Redis as the app's events go (appended, read back by an ``XREAD`` tail,
+   ``--via xread``), which no server of this design (runs in workers, web processes
+   streaming from Redis) can beat.
 3. *Load*, with one worker and then two (uvicorn ``--workers 2``: two processes sharing
    Redis and the database): ``--watchers`` idle SSE clients spread over ``--quiet-runs``
    live runs that print nothing (runs waiting on their user), and ``--runs`` runs streaming
@@ -29,9 +32,10 @@ Figures, each beside its target:
    the app's lightest endpoint (``/_internal/identity``, answered on the event loop
    without Django) probed every 50 ms on a fresh connection; the server's CPU per delta;
    the deltas per second delivered against those asked for; the app's resident size.
-   Beside the CPU, the floor for that load: one bare relay process relaying ``--runs``
-   such streams at once (``relay_floor.py --streams``), which shares its wake-ups among
-   the streams as a loaded server can.
+   Beside the CPU, the floors for that load: one relay process relaying ``--runs`` such
+   streams at once (``relay_floor.py --streams``), bare and through Redis (appends that
+   wait go together, one ``XREAD`` over every stream), sharing its wake-ups among the
+   streams as a loaded server can.
 
 The clients are raw asyncio sockets (no HTTP library), so that 550 streams in this
 process take as little as possible of the CPUs the app is measured on; all of this
@@ -625,10 +629,30 @@ async def phase(
 # --- Report -----------------------------------------------------------------------------------
 
 
-def report(
-    idle: Idle, single: Single, loads: list[Load], floors: tuple[float, float], args: argparse.Namespace
-) -> None:
-    floor_ms, load_floor_ms = floors
+@dataclass
+class Floors:
+    """The CPU per line of bare relays (``bench/relay_floor.py``) shaped like the single run
+    and like the load: straight from pipe to client, and through Redis as the app's events
+    go (appended, read back by one ``XREAD`` tail), which the app's design (runs in workers,
+    web processes streaming from Redis) cannot spend less than."""
+
+    single: float
+    single_via_redis: float
+    load: float
+    load_via_redis: float
+
+    @classmethod
+    def measure(cls, args: argparse.Namespace, redis_url: str) -> Floors:
+        many = {"seconds": 10.0, "streams": args.runs}
+        return cls(
+            single=relay_floor.measure(args.rate),
+            single_via_redis=relay_floor.measure(args.rate, via="xread", redis_url=redis_url),
+            load=relay_floor.measure(args.rate, **many),
+            load_via_redis=relay_floor.measure(args.rate, via="xread", redis_url=redis_url, **many),
+        )
+
+
+def report(idle: Idle, single: Single, loads: list[Load], floors: Floors, args: argparse.Namespace) -> None:
     print()
     print(
         table(
@@ -747,7 +771,12 @@ def report(
         ],
         [
             "  this machine's floor: a bare relay at that pace",
-            f"{fmt(floor_ms, 3)} ms (bench/relay_floor.py)",
+            f"{fmt(floors.single, 3)} ms (bench/relay_floor.py)",
+            "",
+        ],
+        [
+            "  the same relay, each line through Redis (append, XREAD tail)",
+            f"{fmt(floors.single_via_redis, 3)} ms (bench/relay_floor.py --via xread)",
             "",
         ],
     ]
@@ -767,13 +796,18 @@ def report(
             ],
         ]
     if loads:
-        target_rows.append(
+        target_rows += [
             [
                 f"  this machine's floor: a bare relay of {args.runs} streams at {args.rate:g}/s each",
-                f"{fmt(load_floor_ms, 3)} ms (bench/relay_floor.py --streams {args.runs})",
+                f"{fmt(floors.load, 3)} ms (bench/relay_floor.py --streams {args.runs})",
                 "",
-            ]
-        )
+            ],
+            [
+                "  the same relay, each line through Redis (batched appends, one XREAD tail)",
+                f"{fmt(floors.load_via_redis, 3)} ms (--streams {args.runs} --via xread)",
+                "",
+            ],
+        ]
     print(
         table(
             ["target", "measured", "result"],
@@ -896,14 +930,14 @@ def main() -> None:
             idle = idle or first_idle
             single = single or first_single
             loads.append(result)
+        print(
+            "  the machine's floors: a bare relay and one through Redis, one stream and as many as the load …",
+            flush=True,
+        )
+        floors = Floors.measure(args, stack.redis_url)
     assert idle is not None
     if single is None:
         single = Single(0, float("nan"), float("nan"), [])
-    print(
-        "  the machine's floor: a bare relay at the single run's pace, and of as many streams as the load …",
-        flush=True,
-    )
-    floors = relay_floor.measure(args.rate), relay_floor.measure(args.rate, seconds=10.0, streams=args.runs)
     report(idle, single, loads, floors, args)
     print(f"\nFinished in {time.monotonic() - started:.0f} s on {harness.machine()}.")
     print("Every process the benchmark started has been stopped.")
