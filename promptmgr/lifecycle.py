@@ -53,7 +53,13 @@ _drains: dict[int, Drain] = {}
 
 
 def _drain() -> Drain:
-    return _drains.setdefault(id(asyncio.get_running_loop()), Drain())
+    # Asked on every turn of every open stream: made only when missing (setdefault's
+    # default would be built each time).
+    key = id(asyncio.get_running_loop())
+    drain = _drains.get(key)
+    if drain is None:
+        drain = _drains[key] = Drain()
+    return drain
 
 
 def shutting_down() -> bool:
