@@ -30,6 +30,13 @@ class PerLoop(Generic[T]):
             found = self._made[id(loop)] = (loop, self._make(loop))
         return found[1]
 
+    def discard(self) -> None:
+        """Forget the running loop's ``T`` (its loop is ending)."""
+        loop = asyncio.get_running_loop()
+        found = self._made.get(id(loop))
+        if found is not None and found[0] is loop:
+            del self._made[id(loop)]
+
     def values(self) -> list[T]:
         return [made for _loop, made in self._made.values()]
 

@@ -29,6 +29,8 @@ from typing import Any
 import redis
 from asgiref.sync import sync_to_async
 
+from core.loops import PerLoop
+
 logger = logging.getLogger(__name__)
 
 # How long the drain gives the runs to stop (each reaps its processes within
@@ -49,17 +51,13 @@ class Drain:
         self.task: asyncio.Task[None] | None = None
 
 
-_drains: dict[int, Drain] = {}
+# Per loop, not per loop id: a loop closed mid-drain (a test's, a server killed in between)
+# must not hand its drain to a new loop that reuses its id; that loop would end every stream.
+_drains: PerLoop[Drain] = PerLoop(lambda _loop: Drain())
 
 
 def _drain() -> Drain:
-    # Asked on every turn of every open stream: made only when missing (setdefault's
-    # default would be built each time).
-    key = id(asyncio.get_running_loop())
-    drain = _drains.get(key)
-    if drain is None:
-        drain = _drains[key] = Drain()
-    return drain
+    return _drains.get()
 
 
 def shutting_down() -> bool:
@@ -271,7 +269,7 @@ async def on_shutdown() -> None:
     if drain.task is not None:
         await drain.task
     await stop_run_host()
-    _drains.pop(id(asyncio.get_running_loop()), None)
+    _drains.discard()
     # Collectable again: a process that serves the app more than once (the tests) must
     # not keep what one serving left frozen.
     _thaw()
