@@ -310,48 +310,49 @@ async def bare_exchange(
     cancel count, as ``asyncio.timeout`` tells it."""
     packed = b"".join(pack(*command) for command in commands)
     replies: list[Any] = []
-    bound = _Bound(timeout)
     try:
-        await connection.send_packed_command(packed, check_health=False)
-        for _command in commands:
-            try:
-                replies.append(await connection.read_response())
-            except redis.ResponseError as exc:
-                replies.append(exc)
-    except asyncio.CancelledError:
-        if not bound.took_back_its_own():
-            raise  # cancelled from elsewhere (as well): that cancellation goes on
+        with _Bound(timeout):
+            await connection.send_packed_command(packed, check_health=False)
+            for _command in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+    except TimeoutError:
         await connection.disconnect(nowait=True)
         raise redis.TimeoutError(f"Redis did not answer {commands[0][0]} within {timeout:g} s") from None
-    finally:
-        bound.disarm()
     return replies
 
 
 class _Bound:
-    """``bare_exchange``'s deadline: a timer that cancels the running task, and the
-    bookkeeping that tells that cancellation from anyone else's (``asyncio.timeout``'s)."""
+    """``asyncio.timeout(timeout)`` for ``bare_exchange``, without its state machine: a
+    timer that cancels the running task, and on the way out, as ``asyncio.timeout`` does,
+    the timer disarmed, the bound's own cancellation taken back whatever escapes, and a
+    ``CancelledError`` that was the bound's alone turned into ``TimeoutError``. A
+    cancellation the task was already in, or one from elsewhere, is told apart by the
+    task's cancel count."""
 
-    __slots__ = ("_cancelling", "_expired", "_timer", "_task")
+    __slots__ = ("_cancelling", "_expired", "_task", "_timeout", "_timer")
 
     def __init__(self, timeout: float) -> None:
+        self._timeout = timeout
+
+    def __enter__(self) -> None:
         task = asyncio.current_task()
         assert task is not None, "bare_exchange runs in a task"
         self._task = task
         self._expired = False
-        self._cancelling = task.cancelling()  # cancellations the task was already in
-        self._timer = task.get_loop().call_later(timeout, self._expire)
+        self._cancelling = task.cancelling()
+        self._timer = task.get_loop().call_later(self._timeout, self._expire)
 
     def _expire(self) -> None:
         self._expired = True
         self._task.cancel()
 
-    def took_back_its_own(self) -> bool:
-        """For a ``CancelledError``: whether it is the bound's alone, which this takes back."""
-        return self._expired and self._task.uncancel() <= self._cancelling
-
-    def disarm(self) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         self._timer.cancel()
+        if self._expired and self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
+            raise TimeoutError
 
 
 _append_connections: PerLoop[aredis.Connection] = PerLoop(lambda _loop: bare_connection("appends"))
