@@ -1,8 +1,8 @@
 """The machine's floor for server CPU per streamed delta: the least any streaming server can spend.
 
-Run: ``.venv/bin/python bench/relay_floor.py [--streams N]`` (about ten seconds);
-``bench/scale.py`` prints both floors beside its own figures: one stream, and as many as
-its load streams at once.
+Run: ``.venv/bin/python bench/relay_floor.py [--streams N] [--via none|xread|pubsub|all]``
+(about ten seconds a floor); ``bench/scale.py`` prints four floors beside its own figures:
+bare and through Redis, for one stream and for as many as its load streams at once.
 
 A bare relay, in the shape of the app's per-delta path with everything of the app taken
 out: under uvloop (the app's event loop), a child process prints one short line every
@@ -16,6 +16,11 @@ With ``--streams N`` the one relay process relays N such streams at once (N writ
 processes, N connections to one reader process), all started together at a gate; the
 window runs from the gate to the first stream's end. Many streams share the relay's
 wake-ups, so their floor per line is far lower: what a loaded server need not exceed.
+
+With ``--via xread`` each line goes through Redis on its way, as the app's events do
+(``_ViaRedis``): the floor of this design, where runs live in workers and web processes
+stream from Redis. ``--via pubsub`` reads the lines back by a subscription instead, to
+price that alternative to the shared ``XREAD``.
 """
 
 from __future__ import annotations
@@ -27,8 +32,16 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# The app's own packing and its shared reader's pacing (neither needs Django set up).
+from core.events import _TailHub  # noqa: E402
+from core.redis import pack  # noqa: E402
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -61,17 +74,6 @@ redis.call('XADD', KEYS[1], '0-' .. last, 'data', ARGV[1])
 {publish}
 return last
 """
-# The app's shared reader waits this long before its next XREAD while reads come back at
-# once (core.events._TailHub.READ_INTERVAL), so that one read takes many runs' events.
-READ_INTERVAL = 0.003
-
-
-def _pack(*args: str | bytes | int) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(out)
 
 
 class _Resp:
@@ -90,7 +92,7 @@ class _Resp:
         return self
 
     def send(self, *commands: tuple[str | bytes | int, ...]) -> None:
-        self.writer.write(b"".join(_pack(*command) for command in commands))
+        self.writer.write(b"".join(pack(*command) for command in commands))
 
     async def reply(self) -> Any:
         while (got := self.parser.gets()) is False:
@@ -167,8 +169,9 @@ class _ViaRedis:
                     if client is not None:
                         client.write(b"data: " + fields[1] + b"\n")
                 last[stream] = entries[-1][0].decode()
-            if loop.time() - sent < READ_INTERVAL:
-                await asyncio.sleep(READ_INTERVAL)
+            # Paced as the app's shared reader is, so that one read takes many streams' lines.
+            if loop.time() - sent < _TailHub.READ_INTERVAL:
+                await asyncio.sleep(_TailHub.READ_INTERVAL)
 
     async def _read_pubsub(self) -> None:
         while True:
