@@ -40,7 +40,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # The app's own packing and its shared reader's pacing (neither needs Django set up).
-from core.events import _TailHub  # noqa: E402
+from core.events import APPEND_LUA_FUNCTION, _TailHub  # noqa: E402
 from core.redis import pack  # noqa: E402
 
 REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -65,15 +65,10 @@ READER = (
 )
 
 
-# Each line appended as the app appends an event (core.events.APPEND_LUA_FUNCTION, reduced
-# to one event): its id from a counter, the entry under that id; with --via pubsub the
-# same script also publishes it.
-APPEND_LUA = """
-local last = redis.call('INCR', KEYS[2])
-redis.call('XADD', KEYS[1], '0-' .. last, 'data', ARGV[1])
-{publish}
-return last
-"""
+# Each line appended by the app's own append function (one event a call): its id from the
+# run's counter, the entry under that id; with --via pubsub the script also publishes it.
+APPEND_CALL = "local first = append_events(KEYS[1], KEYS[2], ARGV, 1)\n"
+PUBLISH = "redis.call('PUBLISH', KEYS[3], ARGV[2])\n"
 
 
 class _Resp:
@@ -124,9 +119,9 @@ class _ViaRedis:
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        publish = "redis.call('PUBLISH', KEYS[3], ARGV[1])" if self.via == "pubsub" else ""
+        publish = PUBLISH if self.via == "pubsub" else ""
         self.appends = await _Resp().open(self.url)
-        self.appends.send(("SCRIPT", "LOAD", APPEND_LUA.format(publish=publish)))
+        self.appends.send(("SCRIPT", "LOAD", APPEND_LUA_FUNCTION + APPEND_CALL + publish + "return first\n"))
         self.sha = await self.appends.reply()
         self.tail = await _Resp().open(self.url)
         if self.via == "pubsub":
@@ -147,7 +142,9 @@ class _ViaRedis:
             while self.pending:
                 batch, self.pending = self.pending, []
                 waiting, self.waiting = self.waiting, []
-                self.appends.send(*(("EVALSHA", self.sha, 3, *self.keys[i], data) for i, data in batch))
+                self.appends.send(
+                    *(("EVALSHA", self.sha, 3, *self.keys[i], "line", data) for i, data in batch)
+                )
                 for _ in batch:
                     await self.appends.reply()
                 for waiter in waiting:
@@ -167,7 +164,7 @@ class _ViaRedis:
                 client = self.clients.get(stream)
                 for _id, fields in entries:
                     if client is not None:
-                        client.write(b"data: " + fields[1] + b"\n")
+                        client.write(b"data: " + fields[3] + b"\n")  # event, "line", data, the line
                 last[stream] = entries[-1][0].decode()
             # Paced as the app's shared reader is, so that one read takes many streams' lines.
             if loop.time() - sent < _TailHub.READ_INTERVAL:
