@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import redis
 
 from core.tool_names import MCP_ASK_USER
 
@@ -79,6 +82,36 @@ def wait_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
             return
         time.sleep(0.05)
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+class PrivateRedis:
+    """A redis-server the test can stop and start again with the same data."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = shutil.which("redis-server")
+        assert binary, "redis-server is installed by make test"
+        self.port = free_port()
+        self.argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(workdir)]
+        # Every write on disk before it is acknowledged: the restart loses nothing.
+        self.argv += ["--save", "", "--appendonly", "yes", "--appendfsync", "always"]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL)
+        wait_until(self.answers, timeout=10, what="the private redis-server")
+
+    def stop(self) -> None:
+        assert self.proc is not None
+        self.proc.terminate()  # SIGTERM: Redis shuts down cleanly, its append-only file complete
+        self.proc.wait(timeout=10)
+        self.proc = None
+
+    def answers(self) -> bool:
+        try:
+            return bool(redis.Redis(port=self.port, socket_connect_timeout=0.5).ping())
+        except redis.RedisError:
+            return False
 
 
 def make_project(*, owner: Any, members: tuple[Any, ...] = (), sync: bool = True, **fields: Any) -> Any:

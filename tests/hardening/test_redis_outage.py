@@ -9,8 +9,6 @@ enough to be mid-reply when Redis goes, and on well after it is back.
 from __future__ import annotations
 
 import logging
-import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,14 +17,13 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from core import redis as core_redis
 from core.redis import MSG_OUTAGE, MSG_RECOVERED
 from promptmgr.models import Run
 from tests.helpers import (
+    PrivateRedis,
     SSEEvent,
-    free_port,
     login_client,
     make_project,
     read_sse,
@@ -41,36 +38,6 @@ OUTAGE_SECONDS = 30
 # 160 deltas, one every 300 ms: about 50 s of reply, around the 30 s outage.
 DELTAS = 160
 REPLY = {"text": "y" * DELTAS, "pace_ms": 300, "chunk_chars": 1}
-
-
-class PrivateRedis:
-    """A redis-server the test can stop and start again with the same data."""
-
-    def __init__(self, workdir: Path) -> None:
-        binary = shutil.which("redis-server")
-        assert binary, "redis-server is installed by make test"
-        self.port = free_port()
-        self.argv = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(workdir)]
-        # Every write on disk before it is acknowledged: the restart loses nothing.
-        self.argv += ["--save", "", "--appendonly", "yes", "--appendfsync", "always"]
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL)
-        wait_until(self.answers, timeout=10, what="the private redis-server")
-
-    def stop(self) -> None:
-        assert self.proc is not None
-        self.proc.terminate()  # SIGTERM: Redis shuts down cleanly, its append-only file complete
-        self.proc.wait(timeout=10)
-        self.proc = None
-
-    def answers(self) -> bool:
-        try:
-            return bool(redis.Redis(port=self.port, socket_connect_timeout=0.5).ping())
-        except redis.RedisError:
-            return False
 
 
 @pytest.fixture
