@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import gc
+import hashlib
 import uuid
 from typing import Any
 
 import redis
+from redis.exceptions import NoScriptError
 
 from . import malloc
 from .loops import PerLoop
@@ -74,6 +76,8 @@ local function append_events(events_key, seq_key, args, from)
 end
 """
 _APPEND_LUA = APPEND_LUA_FUNCTION + "return append_events(KEYS[1], KEYS[2], ARGV, 1)\n"
+# Redis names a loaded script by the SHA-1 of its text.
+_APPEND_SHA = hashlib.sha1(_APPEND_LUA.encode()).hexdigest()
 
 
 class Event:
@@ -134,8 +138,18 @@ class _Appender:
     Each append waits for its own reply, but whatever the loop's runs (and requests) ask to
     append while one round trip is under way goes in the next one, as one pipeline: 50
     runs printing 50 deltas a second each cost a few hundred round trips a second, not
-    2,500 (bench/scale.py). A lone append still goes at once. The script is sent as EVAL
-    (Redis keeps it compiled by its hash), so a restarted Redis needs no reloading.
+    2,500 (bench/scale.py). A lone append still goes at once.
+
+    Each append names the script by its hash (EVALSHA), not by its 600-byte text: under
+    load the text was most of what the worker wrote to Redis and Redis hashed it again for
+    every delta (bench/machinery.py, "appends by hash"). A connection's first exchange
+    sends the text (EVAL), which loads the script, so a restarted Redis is served from its
+    first append; if Redis forgets it anyway (SCRIPT FLUSH, a failover to a replica that
+    never saw it) the appends it refused go again by text, in their order, in the next
+    exchange. A run's ids stay in the order of its appends: a refused append wrote
+    nothing, and the ones after it in that exchange are refused too, unless another
+    client loads the script inside the same exchange (a SCRIPT FLUSH and another app's
+    EVAL within microseconds of each other).
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -157,11 +171,7 @@ class _Appender:
             while self.pending:
                 batch, self.pending = self.pending, []
                 try:
-                    # One round trip: an EVAL per append, pipelined.
-                    commands: list[list[str | int]] = [
-                        ["EVAL", _APPEND_LUA, len(keys), *keys, *args] for keys, args, _done in batch
-                    ]
-                    replies = await bare_exchange(append_connection(), commands, timeout=SOCKET_TIMEOUT)
+                    replies = await _append_exchange([(keys, args) for keys, args, _done in batch])
                 except BaseException as exc:
                     for _keys, _args, done in batch:
                         if not done.done():
@@ -182,6 +192,34 @@ class _Appender:
                 if not done.done():
                     done.set_exception(redis.ConnectionError("the event loop is stopping"))
             self.pending = []
+
+
+async def _append_exchange(appends: list[tuple[list[str], list[str]]]) -> list[Any]:
+    """Send ``appends`` in one round trip, by the script's hash unless the connection is
+    new; the ones Redis no longer knows the script for go again, by text, in a second."""
+    connection = append_connection()
+    by_text = not connection.is_connected
+    replies = await bare_exchange(
+        connection,
+        [_append_call(keys, args, by_text=by_text) for keys, args in appends],
+        timeout=SOCKET_TIMEOUT,
+    )
+    forgotten = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if forgotten:
+        again = await bare_exchange(
+            connection,
+            [_append_call(*appends[i], by_text=True) for i in forgotten],
+            timeout=SOCKET_TIMEOUT,
+        )
+        for i, reply in zip(forgotten, again, strict=True):
+            replies[i] = reply
+    return replies
+
+
+def _append_call(keys: list[str], args: list[str], *, by_text: bool) -> list[str | int]:
+    if by_text:
+        return ["EVAL", _APPEND_LUA, len(keys), *keys, *args]
+    return ["EVALSHA", _APPEND_SHA, len(keys), *keys, *args]
 
 
 _appenders: PerLoop[_Appender] = PerLoop(_Appender)
