@@ -21,7 +21,6 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from types import FrameType
 from typing import Any
@@ -65,18 +64,37 @@ def shutting_down() -> bool:
     return _drain().closing_streams
 
 
-@contextlib.contextmanager
-def interruptible() -> Iterator[None]:
-    """Around a wait the shutdown should cut short (an SSE stream waiting for events): the
-    drain cancels the waiting task, and ``interrupted`` tells that cancel apart."""
-    drain = _drain()
-    task = asyncio.current_task()
-    assert task is not None
-    drain.waiting.add(task)
-    try:
-        yield
-    finally:
-        drain.waiting.discard(task)
+class Interruptible:
+    """Around each wait the shutdown should cut short (an SSE stream waiting for events):
+    the drain cancels the waiting task, and ``interrupted`` tells that cancel apart.
+
+    One per stream, used for every wait of it: the stream's loop, and so its drain, never
+    changes, and a stream waits once per batch it serves, so looking the drain up and
+    building a generator-based context manager for every wait was a cost per delta
+    (bench/machinery.py, "stream waits").
+    """
+
+    __slots__ = ("_drain", "_task")
+
+    def __init__(self) -> None:
+        self._drain = _drain()
+        self._task: asyncio.Task[Any] | None = None
+
+    @property
+    def shutting_down(self) -> bool:
+        """Whether this worker is ending its open streams, as ``shutting_down()``."""
+        return self._drain.closing_streams
+
+    def __enter__(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._drain.waiting.add(task)
+
+    def __exit__(self, *exc_info: object) -> None:
+        assert self._task is not None
+        self._drain.waiting.discard(self._task)
+        self._task = None
 
 
 def interrupted() -> bool:

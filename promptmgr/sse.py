@@ -199,14 +199,15 @@ async def event_stream(
     quiet_since = loop.time()
     closing = False  # the run has ended; its closing events are awaited for a moment
     unavailable_since: float | None = None
+    waits = lifecycle.Interruptible()
     try:
         while True:
-            if lifecycle.shutting_down():
+            if waits.shutting_down:
                 yield reconnect_event(after, reason="shutdown")
                 return
             try:
                 # The worker's shutdown cuts the wait short (lifecycle.begin_drain).
-                with lifecycle.interruptible():
+                with waits:
                     batch = await source.next_batch(after, closing_grace if closing else heartbeat)
             except SourceUnavailable:
                 now = loop.time()
