@@ -32,6 +32,13 @@ resident size. A and B repetitions alternate (AB, BA, …) so other load hits bo
 6. The bound of a bare Redis exchange (``core.redis.bare_exchange``, one per append round
    trip and shared read; B bounds the same send and read with ``asyncio.timeout``): this
    process's CPU time per ``PING`` exchange on a ``bare_connection`` to the stack's Redis.
+7. Appends by the script's hash (``core.events``' EVALSHA; B sends the script's text with
+   every append, EVAL, as before): one-delta appends of two runs per round trip, as a
+   loaded worker pipelines them; this process's CPU time per append, and Redis's own
+   (its ``INFO cpu``, so anything else on that Redis counts too; A/B alternate).
+8. A stream's waits (``lifecycle.Interruptible``, made once per stream; B looks the drain
+   up and builds a generator-based context manager for every wait, as before): CPU time
+   per wait, with the shutdown check before it, as ``sse.event_stream`` does per batch.
 
 The notes under the table give each stall's floor: the same ticker with nothing to do.
 """
@@ -496,6 +503,81 @@ async def exchange_bound(reps: int, exchanges: int) -> list[Compared]:
     return [cpu]
 
 
+async def appends_by_hash(reps: int, appends: int) -> list[Compared]:
+    import redis
+    from django.conf import settings
+
+    from core import events
+    from core import redis as core_redis
+
+    async def by_text(batch: list[tuple[list[str], list[str]]]) -> list[Any]:
+        calls = [events._append_call(keys, args, by_text=True) for keys, args in batch]
+        return await core_redis.bare_exchange(
+            core_redis.append_connection(), calls, timeout=core_redis.SOCKET_TIMEOUT
+        )
+
+    def redis_cpu() -> float:
+        info = server.info("cpu")
+        return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+    here = Compared("7 append by hash, CPU here per delta (µs)", digits=1)
+    there = Compared("7 append by hash, Redis's CPU per delta (µs)", digits=1)
+    server = redis.Redis.from_url(settings.REDIS_URL)
+    args = events.append_args([("delta", {"type": "text_delta", "text": "x" * 24})])
+    batch = [
+        ([events.events_key(run), events.seq_key(run)], args) for run in (BENCH_RUN_ID, BENCH_RUN_ID - 1)
+    ]
+    await events._append_exchange(batch)  # connected, the script loaded
+    for _rep, trick_first in alternate(reps):
+        for trick in (trick_first, not trick_first):
+            exchange = events._append_exchange if trick else by_text
+            start, start_redis = time.process_time(), redis_cpu()
+            for _ in range(appends // len(batch)):
+                await exchange(batch)
+            elapsed, elapsed_redis = time.process_time() - start, redis_cpu() - start_redis
+            (here.trick if trick else here.plain).append(elapsed / appends * 1e6)
+            (there.trick if trick else there.plain).append(elapsed_redis / appends * 1e6)
+        for run in (BENCH_RUN_ID, BENCH_RUN_ID - 1):  # the streams stay small
+            server.delete(events.events_key(run))
+    server.close()
+    return [here, there]
+
+
+async def stream_waits(reps: int, waits: int) -> list[Compared]:
+    from promptmgr import lifecycle
+
+    @contextlib.contextmanager
+    def per_wait() -> Iterator[None]:
+        drain = lifecycle._drain()
+        task = asyncio.current_task()
+        assert task is not None
+        drain.waiting.add(task)
+        try:
+            yield
+        finally:
+            drain.waiting.discard(task)
+
+    cpu = Compared("8 a stream's wait, CPU per wait (µs)", digits=2)
+    for _rep, trick_first in alternate(reps):
+        for trick in (trick_first, not trick_first):
+            start = time.process_time()
+            if trick:
+                interruptible = lifecycle.Interruptible()
+                for _ in range(waits):
+                    if interruptible.shutting_down:
+                        break
+                    with interruptible:
+                        pass
+            else:
+                for _ in range(waits):
+                    if lifecycle.shutting_down():
+                        break
+                    with per_wait():
+                        pass
+            (cpu.trick if trick else cpu.plain).append((time.process_time() - start) / waits * 1e6)
+    return [cpu]
+
+
 def rss_mib(pid: int | str = "self") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -576,6 +658,10 @@ async def measure(stack: harness.Stack, args: argparse.Namespace, notes: list[st
     await sync_to_async(load_instance_uid)()
     exchange = await exchange_bound(args.exchange_reps, args.exchanges)
     print("  6 exchange bound done", flush=True)
+    exchange += await appends_by_hash(args.exchange_reps, args.exchanges)
+    print("  7 appends by hash done", flush=True)
+    exchange += await stream_waits(args.exchange_reps, args.exchanges * 20)
+    print("  8 stream waits done", flush=True)
     rate, line_size = await cli_line_rate(stack, args.lines)
     notes.append(
         f"1: the bundled CLI printed {args.lines:,} scripted deltas at {rate:,.0f} lines/s, {line_size} B each"
