@@ -140,13 +140,13 @@ class _Appender:
     runs printing 50 deltas a second each cost a few hundred round trips a second, not
     2,500 (bench/scale.py). A lone append still goes at once.
 
-    Each append names the script by its hash (EVALSHA), not by its 600-byte text: under
-    load the text was most of what the worker wrote to Redis and Redis hashed it again for
-    every delta (bench/machinery.py, "appends by hash"). A connection's first exchange
-    sends the text (EVAL), which loads the script, so a restarted Redis is served from its
-    first append; if Redis forgets it anyway (SCRIPT FLUSH, a failover to a replica that
-    never saw it) the appends it refused go again by text, in their order, in the next
-    exchange. A run's ids stay in the order of its appends: a refused append wrote
+    Each append names the script by its hash (EVALSHA), not by its 403-byte text, which
+    was most of each append's bytes and which Redis hashed again for every delta
+    (bench/machinery.py, "append by hash": 5% less of Redis's CPU). A connection's first
+    exchange sends the text (EVAL), which loads the script, so a restarted Redis is served
+    from its first append; if Redis forgets it anyway (SCRIPT FLUSH, a failover to a
+    replica that never saw it) the appends it refused go again by text, in their order,
+    in the next exchange. A run's ids stay in the order of its appends: a refused append wrote
     nothing, and the ones after it in that exchange are refused too, unless another
     client loads the script inside the same exchange (a SCRIPT FLUSH and another app's
     EVAL within microseconds of each other).
