@@ -196,7 +196,11 @@ class _Appender:
 
 async def _append_exchange(appends: list[tuple[list[str], list[str]]]) -> list[Any]:
     """Send ``appends`` in one round trip, by the script's hash unless the connection is
-    new; the ones Redis no longer knows the script for go again, by text, in a second."""
+    new; the ones Redis no longer knows the script for go again, by text, in a second.
+
+    A reply is the first id, or the exception that append met. When the second round trip
+    fails, only its appends get the failure: the others were written, and a caller told
+    otherwise would write them again."""
     connection = append_connection()
     by_text = not connection.is_connected
     replies = await bare_exchange(
@@ -206,11 +210,15 @@ async def _append_exchange(appends: list[tuple[list[str], list[str]]]) -> list[A
     )
     forgotten = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if forgotten:
-        again = await bare_exchange(
-            connection,
-            [_append_call(*appends[i], by_text=True) for i in forgotten],
-            timeout=SOCKET_TIMEOUT,
-        )
+        again: list[Any]
+        try:
+            again = await bare_exchange(
+                connection,
+                [_append_call(*appends[i], by_text=True) for i in forgotten],
+                timeout=SOCKET_TIMEOUT,
+            )
+        except redis.RedisError as exc:
+            again = [exc] * len(forgotten)
         for i, reply in zip(forgotten, again, strict=True):
             replies[i] = reply
     return replies

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import redis
+from redis.exceptions import NoScriptError
 
 from core import events
 from core import redis as core_redis
@@ -99,3 +100,24 @@ async def test_appends_go_by_the_scripts_hash_and_keep_their_order_when_redis_fo
     assert script_calls(own_redis) == {"eval": 1, "evalsha": 1}
     stored = await events.read_events(701, 0)
     assert [(e.id, e.data["n"]) for e in stored] == [(n, n) for n in range(1, 6)]
+
+
+async def test_a_failed_resend_of_forgotten_appends_fails_only_those(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Narrow: Redis's replies are scripted. The first append is written, the second refused
+    # for a forgotten script, and the connection drops while it goes again by text.
+    sent: list[list[str]] = []
+
+    async def exchange(_connection: Any, commands: list[list[Any]], *, timeout: float) -> list[Any]:
+        sent.append([str(command[0]) for command in commands])
+        if len(sent) == 1:
+            return [7, NoScriptError("NOSCRIPT No matching script.")]
+        raise redis.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(events, "bare_exchange", exchange)
+    written, resent = await asyncio.gather(
+        events.append_events(801, [("a", {})]), events.append_events(802, [("a", {})]), return_exceptions=True
+    )
+
+    assert written == [7]  # it was written: told otherwise, its writer would write it again
+    assert isinstance(resent, redis.ConnectionError)
+    assert sent[1] == ["EVAL"]
