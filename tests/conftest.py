@@ -20,7 +20,7 @@ import pytest
 import redis
 import uvicorn
 
-from tests.helpers import free_port, new_context, wait_until
+from tests.helpers import PrivateRedis, free_port, new_context, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -195,6 +195,23 @@ def _app_settings(settings: Any, redis_url: str, claude_cli: str, tmp_path: Path
 @pytest.fixture
 def redis_client(redis_url: str) -> redis.Redis:
     return redis.Redis.from_url(redis_url, decode_responses=True)
+
+
+@pytest.fixture
+def private_redis(settings: Any, tmp_path: Path) -> Iterator[PrivateRedis]:
+    """A Redis of the test's own, which the app uses: the test may take it down and bring
+    it back, and its script cache and command counts are the test's alone. The shared
+    Redis comes back with ``settings`` when the test ends (``_app_settings`` resets the
+    clients)."""
+    from core import redis as core_redis
+
+    server = PrivateRedis(tmp_path)
+    server.start()
+    settings.REDIS_URL = server.url
+    core_redis.reset_clients()
+    yield server
+    if server.proc is not None:
+        server.stop()
 
 
 # --- People and projects ------------------------------------------------------------

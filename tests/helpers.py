@@ -85,7 +85,8 @@ def wait_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
 
 
 class PrivateRedis:
-    """A redis-server the test can stop and start again with the same data."""
+    """A redis-server of one test's own, which it can stop (or kill) and start again with
+    the same data; the ``private_redis`` fixture points the app at it."""
 
     def __init__(self, workdir: Path) -> None:
         binary = shutil.which("redis-server")
@@ -104,6 +105,13 @@ class PrivateRedis:
     def stop(self) -> None:
         assert self.proc is not None
         self.proc.terminate()  # SIGTERM: Redis shuts down cleanly, its append-only file complete
+        self.proc.wait(timeout=10)
+        self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: Redis dies mid-work, as in a crash (what it had not written is lost)."""
+        assert self.proc is not None
+        self.proc.kill()
         self.proc.wait(timeout=10)
         self.proc = None
 

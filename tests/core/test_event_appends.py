@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,51 +51,36 @@ async def test_every_waiting_append_hears_that_redis_is_unreachable(settings: An
     assert await events.append_events(601, [("a", {})]) == [1]
 
 
-@pytest.fixture
-def own_redis(settings: Any, tmp_path: Path) -> Iterator[PrivateRedis]:
-    """A Redis of the test's own: its script cache and command counts are the test's alone."""
-    server = PrivateRedis(tmp_path)
-    server.start()
-    previous = settings.REDIS_URL
-    settings.REDIS_URL = server.url
-    core_redis.reset_clients()
-    yield server
-    settings.REDIS_URL = previous
-    core_redis.reset_clients()
-    if server.proc is not None:
-        server.stop()
-
-
 def script_calls(server: PrivateRedis) -> dict[str, int]:
     stats = redis.Redis(port=server.port).info("commandstats")
     return {name: int(stats.get(f"cmdstat_{name}", {}).get("calls", 0)) for name in ("eval", "evalsha")}
 
 
 async def test_appends_go_by_the_scripts_hash_and_keep_their_order_when_redis_forgets_it(
-    own_redis: PrivateRedis,
+    private_redis: PrivateRedis,
 ) -> None:
     # A new connection sends the script's text once; after that, its hash.
     assert await events.append_events(701, [("a", {"n": 1})]) == [1]
     assert await events.append_events(701, [("a", {"n": 2})]) == [2]
-    assert script_calls(own_redis) == {"eval": 1, "evalsha": 1}
+    assert script_calls(private_redis) == {"eval": 1, "evalsha": 1}
 
     # Redis forgets the script: the refused appends go again by text, each run's in order.
-    redis.Redis(port=own_redis.port).script_flush()
+    redis.Redis(port=private_redis.port).script_flush()
     both = await asyncio.gather(
         events.append_events(701, [("a", {"n": 3})]), events.append_events(702, [("a", {"n": 1})])
     )
     assert list(both) == [[3], [1]]
-    assert script_calls(own_redis) == {"eval": 3, "evalsha": 3}
+    assert script_calls(private_redis) == {"eval": 3, "evalsha": 3}
 
     # A restarted Redis: the append on the cut connection hears so (it wrote nothing); the
     # next connects again and sends the text, so none is refused for a lost script.
-    own_redis.stop()
-    own_redis.start()
+    private_redis.stop()
+    private_redis.start()
     with pytest.raises(redis.ConnectionError):
         await events.append_events(701, [("a", {"n": 4})])
     ids = [await events.append_events(701, [("a", {"n": n})]) for n in (4, 5)]
     assert ids == [[4], [5]]
-    assert script_calls(own_redis) == {"eval": 1, "evalsha": 1}
+    assert script_calls(private_redis) == {"eval": 1, "evalsha": 1}
     stored = await events.read_events(701, 0)
     assert [(e.id, e.data["n"]) for e in stored] == [(n, n) for n in range(1, 6)]
 

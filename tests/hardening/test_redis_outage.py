@@ -11,14 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from core import redis as core_redis
 from core.redis import MSG_OUTAGE, MSG_RECOVERED
 from promptmgr.models import Run
 from tests.helpers import (
@@ -38,17 +36,6 @@ OUTAGE_SECONDS = 30
 # 160 deltas, one every 300 ms: about 50 s of reply, around the 30 s outage.
 DELTAS = 160
 REPLY = {"text": "y" * DELTAS, "pace_ms": 300, "chunk_chars": 1}
-
-
-@pytest.fixture
-def private_redis(settings: Any, tmp_path: Path) -> Iterator[PrivateRedis]:
-    server = PrivateRedis(tmp_path)
-    server.start()
-    settings.REDIS_URL = server.url
-    core_redis.reset_clients()
-    yield server
-    if server.proc is not None:
-        server.stop()
 
 
 def ended(run_id: int) -> Callable[[], bool]:

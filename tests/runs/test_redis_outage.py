@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from core import redis as core_redis
 from promptmgr.models import Conversation, Run
 from tests.helpers import (
     SLOW_TEXT,
-    free_port,
+    PrivateRedis,
     login_client,
     make_project,
     processes_in,
@@ -28,41 +23,12 @@ from tests.helpers import (
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def private_redis(settings: Any, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """A Redis of this test's own, so the test can take it down."""
-    binary = shutil.which("redis-server")
-    assert binary, "redis-server is installed by make test"
-    port = free_port()
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        cwd=tmp_path,
-        stdout=subprocess.DEVNULL,
-    )
-    settings.REDIS_URL = f"redis://127.0.0.1:{port}/0"
-    core_redis.reset_clients()
-    import redis
-
-    wait_until(lambda: _ping(redis.Redis(port=port)), timeout=10, what="private redis")
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
-def _ping(client: Any) -> bool:
-    try:
-        return bool(client.ping())
-    except Exception:
-        return False
-
-
 def test_starting_a_run_without_redis_is_503_and_writes_nothing(
-    app_server: Any, alice: Any, private_redis: subprocess.Popen[bytes]
+    app_server: Any, alice: Any, private_redis: PrivateRedis
 ) -> None:
     project = make_project(owner=alice)
     client = login_client(app_server, "alice", "alice-password")
     private_redis.kill()
-    private_redis.wait()
     response = client.post(f"/api/projects/{project.pk}/runs", json={"prompt": "hello"})
     assert response.status_code == 503
     assert response.json()["detail"].startswith("The live service (Redis) is unreachable")
@@ -71,7 +37,7 @@ def test_starting_a_run_without_redis_is_503_and_writes_nothing(
 
 
 def test_redis_gone_past_the_outage_limit_fails_the_run_and_reaps_the_cli(
-    app_server: Any, alice: Any, private_redis: subprocess.Popen[bytes], settings: Any
+    app_server: Any, alice: Any, private_redis: PrivateRedis, settings: Any
 ) -> None:
     # A run holds its events through a shorter outage (tests/hardening/test_redis_outage.py).
     settings.REDIS_OUTAGE_SECONDS = 3
@@ -80,7 +46,6 @@ def test_redis_gone_past_the_outage_limit_fails_the_run_and_reaps_the_cli(
     started = start_run(client, project.pk, script(SLOW_TEXT))
     seen = read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
     private_redis.kill()
-    private_redis.wait()
 
     def ended() -> bool:
         return not Run.objects.get(pk=started["run_id"]).is_active
