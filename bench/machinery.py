@@ -516,13 +516,14 @@ async def appends_by_hash(reps: int, appends: int) -> list[Compared]:
             core_redis.append_connection(), calls, timeout=core_redis.SOCKET_TIMEOUT
         )
 
+    server = redis.Redis.from_url(settings.REDIS_URL)
+
     def redis_cpu() -> float:
         info = server.info("cpu")
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
     here = Compared("7 append by hash, CPU here per delta (µs)", digits=1)
     there = Compared("7 append by hash, Redis's CPU per delta (µs)", digits=1)
-    server = redis.Redis.from_url(settings.REDIS_URL)
     args = events.append_args([("delta", {"type": "text_delta", "text": "x" * 24})])
     batch = [
         ([events.events_key(run), events.seq_key(run)], args) for run in (BENCH_RUN_ID, BENCH_RUN_ID - 1)
