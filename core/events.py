@@ -42,7 +42,8 @@ BACKOFF_MAX = 4.0
 APPEND_CHUNK = 1000
 
 
-def run_tag(run_id: int) -> str:
+def run_tag(run_id: int | str) -> str:
+    """The hash tag in every key of one run (``run_id``, or ``*`` in a pattern for any run)."""
     return f"{{run:{run_id}}}"
 
 

@@ -7,12 +7,13 @@ the ask-user question state is ``askuser.live``. Key names of this module live h
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 
-from core.events import run_key
+from core.events import run_key, run_tag
 from core.redis import decode_json, encode_json, get_async_redis, get_redis, key_prefix
 
 CANCEL_TTL = 3600
@@ -28,6 +29,22 @@ INBOX_TTL = 3600
 
 def control_channel(run_id: int) -> str:
     return run_key(run_id, "control")
+
+
+def control_pattern() -> str:
+    """Every run's control channel (``PSUBSCRIBE``): the key prefix with its glob
+    characters escaped, then ``control_channel``'s shape with any run id."""
+    prefix = re.sub(r"([*?\[\]\\])", r"\\\1", key_prefix())
+    return f"{prefix}:{run_tag('*')}:control"
+
+
+_CONTROL_RUN_ID = re.compile(re.escape(run_tag("0")).replace("0", r"(\d+)") + ":control$")
+
+
+def control_run_id(channel: str) -> int | None:
+    """The run whose control channel this is (a channel ``control_pattern`` matched)."""
+    found = _CONTROL_RUN_ID.search(channel)
+    return int(found.group(1)) if found else None
 
 
 def cancel_key(run_id: int) -> str:

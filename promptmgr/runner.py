@@ -33,9 +33,8 @@ from django.utils import timezone
 from askuser import facade as askuser
 from core import events
 from core.events import Event
-from core.redis import get_async_redis, outage_seen
 
-from . import live, markdown
+from . import live, markdown, run_control
 from .engines import cli as cli_engine
 from .engines.base import Garbage, Item, Turn, TurnRequest, TurnStarter
 from .event_history import all_events, persist_events
@@ -178,7 +177,12 @@ class RunSupervisor:
     async def execute(self) -> None:
         ctx = await sync_to_async(_load_context)(self.run_id)
         outcome = Outcome(status=RunStatus.FAILED)
-        listener = asyncio.create_task(self._listen_for_cancel())
+        run_control.watch(
+            self.run_id,
+            run_control.RunControl(
+                cancel=lambda: self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED), message=self.inbox.wake
+            ),
+        )
         try:
             # Claimed already (``claim``): this worker holds the lease and the run is running.
             await self.emit("run_status", {"status": RunStatus.RUNNING})
@@ -197,7 +201,7 @@ class RunSupervisor:
             logger.exception("run %s failed", self.run_id)
             outcome = Outcome(status=RunStatus.FAILED, error=MSG_SPAWN_FAILED.format(error=exc))
         finally:
-            listener.cancel()
+            run_control.forget(self.run_id)
             if self.stop_status is not None:
                 outcome.status, outcome.error = self.stop_status, self.stop_message
             # Shielded: a shutdown must not interrupt the clean-up it asked for.
@@ -390,33 +394,6 @@ class RunSupervisor:
             stderr=self.turn.stderr_tail().strip(),
             result=self.result or {},
         )
-
-    async def _listen_for_cancel(self) -> None:
-        """Hear cancel requests from any worker; a Redis hiccup falls back to the key check."""
-        while True:
-            pubsub = get_async_redis().pubsub()
-            try:
-                await pubsub.subscribe(live.control_channel(self.run_id))
-                while True:
-                    # A cancel sent before we subscribed (or while reconnecting) left the key.
-                    if await live.cancel_requested(self.run_id):
-                        self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5.0)
-                    if message and message.get("data") == "cancel":
-                        self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED)
-                    elif message and message.get("data") == "message":
-                        self.inbox.wake()
-            except asyncio.CancelledError:
-                raise
-            except redis.RedisError as exc:
-                outage_seen(exc)  # one warning per outage, not a traceback a second
-                await asyncio.sleep(1)
-            except Exception:
-                logger.warning("cancel listener for run %s failed; retrying", self.run_id, exc_info=True)
-                await asyncio.sleep(1)
-            finally:
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
     async def _finish(self, ctx: RunContext, outcome: Outcome) -> None:
         """Stop the turn (which reaps the CLI and kills the relay secrets), then record the
