@@ -67,6 +67,9 @@ class Footprint:
     # The same connections by name (CLIENT SETNAME: core.redis.connection_name), so a
     # connection left behind shows which part of the worker holds it.
     redis_clients: dict[str, int]
+    # Of those connections, the ones holding a subscription: the runs' control messages
+    # come through one per event loop that has a run (``promptmgr.run_control``), not one a run.
+    redis_subscriptions: int
 
 
 def _socket_inodes(pid: int) -> set[str]:
@@ -99,12 +102,19 @@ def _local_ports_to(pid: int, port: int) -> list[int]:
     return ports
 
 
-def _client_names(redis_url: str, local_ports: list[int]) -> dict[str, int]:
-    """How many of these connections (by local port) each client name holds, as Redis sees them."""
+def _client_names(redis_url: str, local_ports: list[int]) -> tuple[dict[str, int], int]:
+    """How many of these connections (by local port) each client name holds, as Redis sees
+    them, and how many of them hold a subscription (``SUBSCRIBE`` or ``PSUBSCRIBE``)."""
     with redis.Redis.from_url(redis_url, decode_responses=True) as client:
-        names = {int(c["addr"].rsplit(":", 1)[1]): c["name"] or "(unnamed)" for c in client.client_list()}
+        clients = {int(c["addr"].rsplit(":", 1)[1]): c for c in client.client_list()}
     # A connection Redis has not listed yet (opened this instant) counts as unnamed.
-    return dict(sorted(Counter(names.get(port, "(unnamed)") for port in local_ports).items()))
+    names = Counter((clients[port]["name"] if port in clients else "") or "(unnamed)" for port in local_ports)
+    subscribed = sum(
+        1
+        for port in local_ports
+        if port in clients and (int(clients[port]["sub"]) or int(clients[port]["psub"]))
+    )
+    return dict(sorted(names.items())), subscribed
 
 
 def footprint(pid: int, redis_url: str) -> Footprint:
@@ -112,12 +122,14 @@ def footprint(pid: int, redis_url: str) -> Footprint:
         line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
     )
     ports = _local_ports_to(pid, urlparse(redis_url).port or 6379)
+    names, subscribed = _client_names(redis_url, ports)
     return Footprint(
         threads=int(status["Threads"]),
         fds=len(os.listdir(f"/proc/{pid}/fd")),
         rss_mib=round(int(status["VmRSS"].split()[0]) / 1024, 1),
         redis_connections=len(ports),
-        redis_clients=_client_names(redis_url, ports),
+        redis_clients=names,
+        redis_subscriptions=subscribed,
     )
 
 
@@ -237,7 +249,7 @@ def report(results: Results) -> None:
         f"A second crowd added {grown:+.1f} MiB of resident size (at most {SECOND_CROWD_RSS_MIB}: {verdict})."
     )
     rows = []
-    for name in ("threads", "fds", "rss_mib", "redis_connections"):
+    for name in ("threads", "fds", "rss_mib", "redis_connections", "redis_subscriptions"):
         idle, peak, after, again = (
             getattr(getattr(results, k), name) for k in ("idle", "peak", "after", "after_again")
         )
@@ -255,6 +267,7 @@ def report(results: Results) -> None:
         )
     for label, left in (
         ("idle", results.idle),
+        (f"{results.streams} streams open", results.peak),
         ("all closed", results.after),
         ("again", results.after_again),
     ):

@@ -48,9 +48,11 @@ def test_300_streams_over_10_runs_leave_no_thread_fd_memory_or_redis_connection_
     # the crowd's catch-up reads (8 at most at once) and the runs' own commands.
     assert peak["threads"] <= idle["threads"] + 2
     assert peak["redis_connections"] <= idle["redis_connections"] + 3 * figures["runs"]
+    # The runs' control messages: one subscription for all of them, none once they ended.
+    assert (idle["redis_subscriptions"], peak["redis_subscriptions"]) == (0, 1)
     # All gone: threads, file descriptors and Redis connections back within 10% of idle
     # (the connections by client name in the message: which part of the worker kept one).
-    for name in ("threads", "fds", "redis_connections"):
+    for name in ("threads", "fds", "redis_connections", "redis_subscriptions"):
         for left in (after, again):
             assert left[name] <= idle[name] * (1 + TOLERANCE), (
                 name,
