@@ -17,7 +17,8 @@ streams keep would grow there, an allocator's high-water mark (reached once) wou
 The footprint of the worker process: its threads, open file descriptors and resident
 size (``/proc/PID``), and its TCP connections to Redis (its sockets whose peer is the
 Redis port, matched by inode in ``/proc/PID/net/tcp``), also counted by the client name
-each holds in Redis's ``CLIENT LIST`` (the app runs with ``REDIS_CLIENT_NAMES`` on).
+each holds in Redis's ``CLIENT LIST`` (the app runs with ``REDIS_CLIENT_NAMES`` on), and
+how many of them hold a subscription.
 """
 
 from __future__ import annotations
