@@ -38,15 +38,6 @@ def control_pattern() -> str:
     return f"{prefix}:{run_tag('*')}:control"
 
 
-_CONTROL_RUN_ID = re.compile(re.escape(run_tag("0")).replace("0", r"(\d+)") + ":control$")
-
-
-def control_run_id(channel: str) -> int | None:
-    """The run whose control channel this is (a channel ``control_pattern`` matched)."""
-    found = _CONTROL_RUN_ID.search(channel)
-    return int(found.group(1)) if found else None
-
-
 def cancel_key(run_id: int) -> str:
     return run_key(run_id, "cancel")
 
@@ -150,6 +141,17 @@ async def request_cancel(run_id: int) -> None:
 
 async def cancel_requested(run_id: int) -> bool:
     return bool(await get_async_redis().exists(cancel_key(run_id)))
+
+
+async def cancels_requested(run_ids: list[int]) -> list[int]:
+    """Those of ``run_ids`` asked to cancel, in one round trip."""
+    if not run_ids:
+        return []
+    pipe = get_async_redis().pipeline(transaction=False)
+    for run_id in run_ids:
+        pipe.exists(cancel_key(run_id))
+    found = await pipe.execute()
+    return [run_id for run_id, exists in zip(run_ids, found, strict=True) if exists]
 
 
 async def claim_owner(run_id: int, worker: str, *, ttl: int) -> bool:

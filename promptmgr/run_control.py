@@ -3,7 +3,7 @@
 Any worker may send them (``live.request_cancel``, ``live.inbox_push``): a key that stays,
 then a ``PUBLISH`` on the run's control channel so the owner hears at once. Every run of
 one event loop listens through one ``ControlListener``: a single ``PSUBSCRIBE`` to all
-runs' control channels, on one connection, dispatched here by run id.
+runs' control channels, on one connection, dispatched here by channel.
 
 A subscription per run held a Redis connection per live run for the run's whole life:
 the stream footprint test read 10 such connections for 10 runs, and 50 runs on a worker
@@ -20,7 +20,6 @@ inbox is found by the run's own idle tick (``RunSupervisor._on_idle``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,8 +42,9 @@ RETRY_SECONDS = 1.0
 
 @dataclass(frozen=True)
 class RunControl:
-    """What one run does on hearing its control messages."""
+    """One run, and what it does on hearing its control messages."""
 
+    run_id: int
     cancel: Callable[[], None]
     message: Callable[[], None]
 
@@ -58,66 +58,55 @@ class ControlListener:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.runs: dict[int, RunControl] = {}
+        self.runs: dict[str, RunControl] = {}  # by the run's control channel
         self._task: asyncio.Task[None] | None = None
 
-    def watch(self, run_id: int, control: RunControl) -> None:
-        self.runs[run_id] = control
+    def watch(self, control: RunControl) -> None:
+        self.runs[live.control_channel(control.run_id)] = control
         if self._task is None or self._task.done():
             self._task = self.loop.create_task(self._listen(), name="run-control")
 
     def forget(self, run_id: int) -> None:
-        self.runs.pop(run_id, None)
+        self.runs.pop(live.control_channel(run_id), None)
         if not self.runs and self._task is not None:
-            # Its subscription ends with it (``_listen``'s ``finally``).
+            # Its subscription ends with it.
             self._task.cancel()
             self._task = None
 
     async def _listen(self) -> None:
-        while self.runs:
-            pubsub = get_async_redis().pubsub()
-            failed = False
+        """Until cancelled (``forget`` of the last run): subscribe, look at the cancel
+        keys, hear messages; after a failure, the same again a moment later."""
+        while True:
             try:
-                await pubsub.psubscribe(live.control_pattern())
-                while self.runs:
-                    await self._check_cancel_keys()
-                    deadline = self.loop.time() + CHECK_SECONDS
-                    while (left := deadline - self.loop.time()) > 0:
-                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
+                # Closed on the way out, before any pause: redis-py would otherwise
+                # reconnect it meanwhile and hold a subscription nobody reads.
+                async with get_async_redis().pubsub() as pubsub:
+                    await pubsub.psubscribe(live.control_pattern())
+                    next_check = self.loop.time()
+                    while True:
+                        if self.loop.time() >= next_check:
+                            await self._cancel_the_cancelled()
+                            next_check = self.loop.time() + CHECK_SECONDS
+                        message = await pubsub.get_message(
+                            ignore_subscribe_messages=True, timeout=next_check - self.loop.time()
+                        )
                         if message is not None:
                             self._dispatch(message.get("channel"), message.get("data"))
-            except asyncio.CancelledError:
-                raise
             except redis.RedisError as exc:
                 outage_seen(exc)  # one warning per outage, not a traceback a second
-                failed = True
             except Exception:
                 logger.warning("run control listener failed; retrying", exc_info=True)
-                failed = True
-            finally:
-                # Closed before the pause: redis-py would otherwise reconnect it meanwhile
-                # and hold a subscription nobody reads.
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-            if failed:
-                await asyncio.sleep(RETRY_SECONDS)
+            await asyncio.sleep(RETRY_SECONDS)
 
-    async def _check_cancel_keys(self) -> None:
-        """Cancel each run whose cancel key is set: one round trip for all of them."""
-        run_ids = list(self.runs)
-        if not run_ids:
-            return
-        pipe = get_async_redis().pipeline(transaction=False)
-        for run_id in run_ids:
-            pipe.exists(live.cancel_key(run_id))
-        for run_id, found in zip(run_ids, await pipe.execute(), strict=True):
-            control = self.runs.get(run_id)
-            if found and control is not None:
+    async def _cancel_the_cancelled(self) -> None:
+        """Cancel each run whose cancel key is set."""
+        for run_id in await live.cancels_requested([control.run_id for control in self.runs.values()]):
+            control = self.runs.get(live.control_channel(run_id))
+            if control is not None:  # not forgotten meanwhile
                 control.cancel()
 
     def _dispatch(self, channel: object, data: object) -> None:
-        run_id = live.control_run_id(channel) if isinstance(channel, str) else None
-        control = self.runs.get(run_id) if run_id is not None else None
+        control = self.runs.get(channel) if isinstance(channel, str) else None
         if control is None:
             return  # another worker's run
         if data == "cancel":
@@ -129,9 +118,9 @@ class ControlListener:
 _listeners: PerLoop[ControlListener] = PerLoop(ControlListener)
 
 
-def watch(run_id: int, control: RunControl) -> None:
+def watch(control: RunControl) -> None:
     """The run hears its control messages, through its event loop's listener, until ``forget``."""
-    _listeners.get().watch(run_id, control)
+    _listeners.get().watch(control)
 
 
 def forget(run_id: int) -> None:

@@ -178,10 +178,11 @@ class RunSupervisor:
         ctx = await sync_to_async(_load_context)(self.run_id)
         outcome = Outcome(status=RunStatus.FAILED)
         run_control.watch(
-            self.run_id,
             run_control.RunControl(
-                cancel=lambda: self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED), message=self.inbox.wake
-            ),
+                self.run_id,
+                cancel=lambda: self.request_stop(RunStatus.CANCELLED, MSG_CANCELLED),
+                message=self.inbox.wake,
+            )
         )
         try:
             # Claimed already (``claim``): this worker holds the lease and the run is running.

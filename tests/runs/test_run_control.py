@@ -24,7 +24,9 @@ class Heard:
         self.changed = asyncio.Event()
 
     def control(self, run_id: int) -> run_control.RunControl:
-        return run_control.RunControl(cancel=self._on(run_id, "cancel"), message=self._on(run_id, "message"))
+        return run_control.RunControl(
+            run_id, cancel=self._on(run_id, "cancel"), message=self._on(run_id, "message")
+        )
 
     def _on(self, run_id: int, what: str) -> Callable[[], None]:
         def heard() -> None:
@@ -63,7 +65,7 @@ async def test_many_runs_share_one_subscription_and_each_hears_only_its_own(
     heard = Heard()
     client = publisher(private_redis)
     for run_id in (11, 12, 13):
-        run_control.watch(run_id, heard.control(run_id))
+        run_control.watch(heard.control(run_id))
     await eventually(lambda: len(subscriptions(private_redis)) == 1)
 
     client.publish(live.control_channel(11), "cancel")
@@ -93,7 +95,7 @@ async def test_a_cancel_sent_while_nobody_listened_is_heard_from_its_key(private
     heard = Heard()
     # Published before the run's listener subscribed: only the key is left.
     await live.request_cancel(21)
-    run_control.watch(21, heard.control(21))
+    run_control.watch(heard.control(21))
     try:
         await heard.until(21, "cancel")
     finally:
@@ -104,7 +106,7 @@ async def test_after_a_redis_restart_the_listener_subscribes_again_and_hears_lat
     private_redis: PrivateRedis,
 ) -> None:
     heard = Heard()
-    run_control.watch(31, heard.control(31))
+    run_control.watch(heard.control(31))
     try:
         await eventually(lambda: len(subscriptions(private_redis)) == 1)
         private_redis.kill()
