@@ -103,18 +103,15 @@ def _local_ports_to(pid: int, port: int) -> list[int]:
     return ports
 
 
-def _client_names(redis_url: str, local_ports: list[int]) -> tuple[dict[str, int], int]:
+def _redis_clients(redis_url: str, local_ports: list[int]) -> tuple[dict[str, int], int]:
     """How many of these connections (by local port) each client name holds, as Redis sees
     them, and how many of them hold a subscription (``SUBSCRIBE`` or ``PSUBSCRIBE``)."""
     with redis.Redis.from_url(redis_url, decode_responses=True) as client:
-        clients = {int(c["addr"].rsplit(":", 1)[1]): c for c in client.client_list()}
+        by_port = {int(c["addr"].rsplit(":", 1)[1]): c for c in client.client_list()}
     # A connection Redis has not listed yet (opened this instant) counts as unnamed.
-    names = Counter((clients[port]["name"] if port in clients else "") or "(unnamed)" for port in local_ports)
-    subscribed = sum(
-        1
-        for port in local_ports
-        if port in clients and (int(clients[port]["sub"]) or int(clients[port]["psub"]))
-    )
+    listed = [by_port.get(port, {}) for port in local_ports]
+    names = Counter(c.get("name") or "(unnamed)" for c in listed)
+    subscribed = sum(1 for c in listed if int(c.get("sub", 0)) or int(c.get("psub", 0)))
     return dict(sorted(names.items())), subscribed
 
 
@@ -123,7 +120,7 @@ def footprint(pid: int, redis_url: str) -> Footprint:
         line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line
     )
     ports = _local_ports_to(pid, urlparse(redis_url).port or 6379)
-    names, subscribed = _client_names(redis_url, ports)
+    names, subscribed = _redis_clients(redis_url, ports)
     return Footprint(
         threads=int(status["Threads"]),
         fds=len(os.listdir(f"/proc/{pid}/fd")),
