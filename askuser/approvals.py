@@ -44,7 +44,14 @@ from promptmgr.models import (
 from promptmgr.services import run_state
 
 from . import live, policy, previews, services
-from .models import Decision, PermissionRequest, PermissionStatus, Question, QuestionSource
+from .models import (
+    Decision,
+    PermissionRequest,
+    PermissionStatus,
+    Question,
+    QuestionSource,
+    request_for_decision,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -341,7 +348,7 @@ async def permission_wait(
 
 def _load_for_user(request_id: str, user: Any) -> PermissionRequest:
     try:
-        request = PermissionRequest.objects.with_run_and_project().get(request_id=request_id)
+        request = request_for_decision.get(request_id)
     except PermissionRequest.DoesNotExist:
         raise NotFound(MSG_NOT_FOUND) from None
     # Checked on the loaded project: an owner (the usual case) costs no second query.

@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
+from core.prepared import PreparedGet
 from core.storable import StorableJSONField
 from promptmgr.models import Run
 
@@ -235,3 +236,13 @@ class PolicyAnswer(models.Model):
 
     def __str__(self) -> str:
         return f"policy {self.decision} ({self.outcome})"
+
+
+# The answer and decision paths load their card by its id, with its run and project, in
+# front of everything else a person's click does: compiled once (core.prepared).
+question_for_answer: PreparedGet[Question] = PreparedGet(
+    lambda: Question.objects.with_run_and_project(), "question_id", placeholder=uuid.UUID(int=0)
+)
+request_for_decision: PreparedGet[PermissionRequest] = PreparedGet(
+    lambda: PermissionRequest.objects.with_run_and_project(), "request_id", placeholder=uuid.UUID(int=0)
+)

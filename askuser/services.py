@@ -28,7 +28,14 @@ from promptmgr.services import run_state
 
 from . import live, policy
 from .answers import AnswerError, normalize_answers
-from .models import PermissionRequest, PermissionStatus, Question, QuestionSource, QuestionStatus
+from .models import (
+    PermissionRequest,
+    PermissionStatus,
+    Question,
+    QuestionSource,
+    QuestionStatus,
+    question_for_answer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +239,7 @@ async def questions_close_for_run(*, run_id: int) -> None:
 
 def _load_for_user(question_id: str, user: Any) -> Question:
     try:
-        question = Question.objects.with_run_and_project().get(question_id=question_id)
+        question = question_for_answer.get(question_id)
     except Question.DoesNotExist:
         raise NotFound(MSG_NOT_FOUND) from None
     # Checked on the loaded project: an owner (the usual case) costs no second query.

@@ -1,0 +1,115 @@
+"""A lookup by one unique column whose SQL Django compiles once, not on every call.
+
+The browser's hot posts (an answer, a decision) and every signed-in request load a row or
+two by a unique key before anything else happens. Most of such a load is Django compiling
+the query, column by column and join by join, not the database: on this app's 2-core
+machine the card's load with its run and project took 1.3 ms between requests, nearly all
+compiling, and the SELECT itself well under 0.1 ms (bench/decision_path.py prints the
+request's steps).
+
+``PreparedGet`` compiles its queryset once per database and thread (Django's compilers hold
+their thread's connection), with a placeholder for the key, and then runs that SQL with the
+key's value. The rows become objects exactly as Django's own ``ModelIterable`` makes them:
+the same converters, ``from_db`` and ``select_related`` populators, from the same compiler.
+Only what varies is the key, so the query must not depend on anything else that changes
+between calls (the time, a setting): such a filter belongs after the load, in Python, or
+in a query of its own.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from django.db import connections, router
+from django.db.models import Field, Model, QuerySet
+from django.db.models.query import get_related_populators
+from django.db.models.sql.compiler import SQLCompiler
+
+M = TypeVar("M", bound=Model)
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    model: type[Model]
+    key: Field[Any, Any]
+    sql: str
+    params: tuple[Any, ...]
+    key_index: int
+    compiler: SQLCompiler
+
+
+class PreparedGet(Generic[M]):
+    """``queryset().get(**{key: value})`` (its ``select_related`` and ``only`` included),
+    compiled once; ``get`` raises ``DoesNotExist`` as Django's does.
+
+    ``placeholder``: a value of the key's type that equals no other parameter of the
+    query; it marks the key's place in the compiled SQL.
+    """
+
+    def __init__(self, queryset: Callable[[], QuerySet[M]], key: str, placeholder: Any) -> None:
+        self._queryset = queryset
+        self._key = key
+        self._placeholder = placeholder
+        self._model: type[M] | None = None
+        self._local = threading.local()
+
+    def _compiled(self, alias: str) -> _Compiled:
+        by_alias: dict[str, _Compiled] = self._local.__dict__.setdefault("by_alias", {})
+        if alias not in by_alias:
+            by_alias[alias] = self._compile(alias)
+        return by_alias[alias]
+
+    def _compile(self, alias: str) -> _Compiled:
+        queryset = self._queryset()
+        key = queryset.model._meta.get_field(self._key)
+        assert isinstance(key, Field)
+        compiler = queryset.filter(**{self._key: self._placeholder}).query.get_compiler(using=alias)
+        sql, params = compiler.as_sql()
+        marker = key.get_db_prep_value(self._placeholder, compiler.connection, prepared=False)
+        found = [index for index, param in enumerate(params) if param == marker]
+        if len(found) != 1:
+            raise ValueError(f"the placeholder for {self._key!r} is not one parameter of: {sql}")
+        return _Compiled(queryset.model, key, sql, tuple(params), found[0], compiler)
+
+    def get(self, value: Any) -> M:
+        if self._model is None:
+            self._model = self._queryset().model
+        model = self._model
+        alias = router.db_for_read(model)
+        compiled = self._compiled(alias)
+        connection = connections[alias]
+        params = list(compiled.params)
+        params[compiled.key_index] = compiled.key.get_db_prep_value(
+            compiled.key.to_python(value), connection, prepared=False
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(compiled.sql, params)
+            rows = cursor.fetchmany(2)
+        name = model._meta.object_name
+        if not rows:
+            missing = f"{name} matching {self._key}={value!r} does not exist."
+            raise model.DoesNotExist(missing)  # type: ignore[attr-defined]
+        if len(rows) > 1:
+            several = f"more than one {name} with {self._key}={value!r}"
+            raise model.MultipleObjectsReturned(several)  # type: ignore[attr-defined]
+        built: M = _build(compiled.compiler, alias, rows[0])
+        return built
+
+
+def _build(compiler: SQLCompiler, alias: str, row: tuple[Any, ...]) -> Any:
+    """The row's object, as ``django.db.models.query.ModelIterable`` builds it: the
+    compiler's converters, ``from_db``, and the ``select_related`` objects."""
+    select, klass_info = compiler.select, compiler.klass_info
+    assert klass_info is not None
+    fields = klass_info["select_fields"]
+    start, end = fields[0], fields[-1] + 1
+    init_list = [column[0].target.attname for column in select[start:end]]
+    converted = next(iter(compiler.results_iter(results=[[row]])))
+    obj = klass_info["model"].from_db(alias, init_list, converted[start:end])
+    # Django 5.2's takes these three; the stubs describe 6.x's.
+    for populator in get_related_populators(klass_info, select, alias):  # type: ignore[call-arg]
+        populator.populate(converted, obj)
+    return obj

@@ -1,0 +1,108 @@
+"""core.prepared: a lookup compiled once gives what Django's own ``get`` gives.
+
+Against the test database (SQLite, and PostgreSQL in ``make test-postgres``), through the
+card loads the answer and decision paths use: the same field values, the same related
+objects loaded with them (one query in all), ``DoesNotExist`` for an unknown key, and the
+same results from another thread (the compiled query is kept per thread).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from askuser.models import Question, QuestionSource, question_for_answer
+from core.prepared import PreparedGet
+from tests.helpers import make_run
+
+pytestmark = pytest.mark.unit
+
+FORM = [{"question": "Which way?", "header": "Way", "options": [{"label": "Left"}], "multiSelect": False}]
+RELATED = ("run__status", "run__user_id", "run__conversation__project__owner_id")
+
+
+def make_question(owner: Any) -> Question:
+    run = make_run(owner=owner)
+    return Question.objects.create(
+        run=run,
+        source=QuestionSource.MCP,
+        questions=FORM,
+        answers={"Which way?": "Left"},
+        expires_at=timezone.now() + timedelta(minutes=5),
+    )
+
+
+def related(question: Question) -> tuple[Any, ...]:
+    project = question.run.conversation.project
+    return (question.run.status, question.run.user_id, project.owner_id, project.ask_user_timeout)
+
+
+def own_fields(question: Question) -> dict[str, Any]:
+    return {field.attname: getattr(question, field.attname) for field in Question._meta.concrete_fields}
+
+
+def test_it_loads_what_djangos_get_loads_with_its_related_rows_in_one_query(alice: Any) -> None:
+    question = make_question(alice)
+    theirs = Question.objects.with_run_and_project().get(question_id=question.question_id)
+
+    with CaptureQueriesContext(connection) as queries:
+        ours = question_for_answer.get(str(question.question_id))
+        ours_related = related(ours)
+
+    assert len(queries.captured_queries) == 1
+    assert own_fields(ours) == own_fields(theirs)
+    assert ours.questions == FORM  # JSON came back through the field's own converter
+    assert ours_related == related(theirs)
+    assert ours._state.adding is False and ours._state.db == theirs._state.db
+
+
+def test_each_call_reads_the_row_as_it_is_now(alice: Any) -> None:
+    question = make_question(alice)
+    question_for_answer.get(question.question_id)
+
+    Question.objects.filter(pk=question.pk).update(status="answered")
+
+    assert question_for_answer.get(question.question_id).status == "answered"
+
+
+def test_an_unknown_key_raises_does_not_exist(alice: Any) -> None:
+    make_question(alice)
+
+    with pytest.raises(Question.DoesNotExist):
+        question_for_answer.get(uuid.uuid4())
+
+
+def test_another_thread_compiles_its_own_and_loads_the_same(transactional_db: Any, alice: Any) -> None:
+    question = make_question(alice)
+    here = question_for_answer.get(question.question_id)
+    there: list[Any] = []
+
+    def load() -> None:
+        try:
+            there.append(question_for_answer.get(question.question_id))
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=load)
+    thread.start()
+    thread.join()
+
+    assert len(there) == 1
+    assert own_fields(there[0]) == own_fields(here)
+    assert related(there[0]) == related(here)
+
+
+def test_a_placeholder_that_is_not_one_parameter_of_the_query_is_refused(db: Any) -> None:
+    # The key equals another parameter: its place in the SQL cannot be told.
+    same = uuid.UUID(int=7)
+    prepared = PreparedGet(lambda: Question.objects.exclude(question_id=same), "question_id", placeholder=same)
+
+    with pytest.raises(ValueError, match="placeholder"):
+        prepared.get(uuid.uuid4())
