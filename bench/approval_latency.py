@@ -8,7 +8,8 @@ makes the bundled Claude Code CLI call Bash ``--rounds`` times in a row. The CLI
 ``mcp__ask-user__approve`` (``--permission-prompt-tool``), which relays to the app under
 uvicorn (Redis, SQLite); the SDK engine asks ``can_use_tool`` over the SDK's control protocol.
 This process is the browser: it reads the run's SSE stream and allows every
-``permission_request`` card through ``POST /api/askuser/submit-decision`` (session + CSRF)
+``permission_request`` card through ``POST /api/askuser/submit-decision`` (session + CSRF,
+on a bare kept-alive socket as a browser's native client would: ``app_client.Clicks``)
 after ``--think-ms``, so the waiting side is parked when the decision comes, as with a person.
 
 1. tool call -> card: from the moment the CLI asks for permission to the
@@ -144,16 +145,18 @@ async def run_engine(
     timeline = Timeline()
     marks, ids, requests = timeline.marks, timeline.rounds_by_id, timeline.rounds_by_request
     client = await app_client.login(stack.app_url)
+    # The decisions leave as a browser's native fetch sends them (app_client.Clicks).
+    clicks = app_client.Clicks(stack.app_url, client)
 
     async def allow(request_id: str, index: int) -> None:
         await asyncio.sleep(think_ms / 1000)
         marks["submit"][index], marks["submit_real"][index] = harness.now_ns(), time.time_ns()
-        response = await client.post(
-            "/api/askuser/submit-decision", json={"request_id": request_id, "decision": "allow"}
+        status, reply = await clicks.post(
+            "/api/askuser/submit-decision", {"request_id": request_id, "decision": "allow"}
         )
         marks["submit_done"][index] = harness.now_ns()
-        if response.status_code != 200:
-            raise EngineFailed(f"submit-decision: HTTP {response.status_code} {response.text[:300]}")
+        if status != 200:
+            raise EngineFailed(f"submit-decision: HTTP {status} {reply[:300]!r}")
 
     def on_event(event: app_client.SSEEvent, group: asyncio.TaskGroup) -> str | None:
         """Note what ``event`` says; the run's status once it is done."""
@@ -219,6 +222,7 @@ async def run_engine(
             await client.post(url.removesuffix("/events") + "/cancel")
         raise EngineFailed("; ".join(map(str, failed.exceptions))) from None
     finally:
+        await clicks.aclose()
         await client.aclose()
     return timeline
 

@@ -6,7 +6,8 @@ Ours, end to end with the real pieces: the bundled Claude Code CLI (driven by th
 model) calls ``mcp__ask-user__ask_user`` ``--questions`` times in a row in one run; the
 real MCP server relays each question to the app under uvicorn (Redis, SQLite); this
 process is the browser: it reads the run's SSE stream and answers every
-``ask_user_question`` card through ``POST /api/askuser/submit-answer`` (session + CSRF)
+``ask_user_question`` card through ``POST /api/askuser/submit-answer`` (session + CSRF,
+on a bare kept-alive socket as a browser's native client would: ``app_client.Clicks``)
 after ``--think-ms``, a short pause so the MCP server's long-poll is parked when the
 answer arrives, as with a person. The workspace's ``.mcp.json`` starts the MCP server
 under ``mcp_tee.py``, which stamps each ``tools/call`` of ``ask_user`` as the CLI sends
@@ -110,16 +111,17 @@ async def run_ours(
     ours = Ours()
     tool_ids: dict[str, str] = {}
     client = await app_client.login(stack.app_url)
+    clicks = app_client.Clicks(stack.app_url, client)
 
     async def answer(question_id: str, question: str) -> None:
         await asyncio.sleep(think_ms / 1000)
         ours.submit_sent[question] = harness.now_ns()
-        response = await client.post(
-            "/api/askuser/submit-answer", json={"question_id": question_id, "selectedOptions": [0]}
+        status, reply = await clicks.post(
+            "/api/askuser/submit-answer", {"question_id": question_id, "selectedOptions": [0]}
         )
         ours.submit_done[question] = harness.now_ns()
-        if response.status_code != 200:
-            raise RuntimeError(f"submit-answer: HTTP {response.status_code} {response.text[:300]}")
+        if status != 200:
+            raise RuntimeError(f"submit-answer: HTTP {status} {reply[:300]!r}")
 
     try:
         url = await app_client.start_run(
@@ -156,14 +158,15 @@ async def run_ours(
             raise RuntimeError(f"the run ended after {len(ours.tool_result)}/{questions} answers: {reason}")
         await measure_client_share(client, stack.app_url, ours)
     finally:
+        await clicks.aclose()
         await client.aclose()
     read_mcp_stamps(stamps, ours)
     return ours
 
 
 async def measure_client_share(client: Any, app_url: str, ours: Ours, rounds: int = 100) -> None:
-    """The measuring client's own share of a round trip: the app's identity endpoint (no
-    Django, no I/O) through the same httpx client as the submits, and as one pre-built
+    """What the measuring client adds to a round trip: the app's identity endpoint (no
+    Django, no I/O) through the httpx client that reads the stream, and as one pre-built
     request on a bare kept-alive socket, paced like the answers (the app idle between)."""
     from promptmgr.internal_url import PATH
 
@@ -245,9 +248,9 @@ def report(ours: Ours, spec_q: list[float], spec_a: list[float], args: argparse.
         f"  ours: {args.questions} sequential questions in one real run, answered after {args.think_ms:g} ms;\n"
         "        'MCP tool returns' is stamped as the MCP server's result leaves it for the CLI;\n"
         "        'tool_result at SSE' adds the CLI printing the result and the trip through the app.\n"
-        "        'client share': the app's identity endpoint (no Django) through the httpx client\n"
-        "        the submits use and through a bare socket; the difference is this Python\n"
-        "        client's own cost inside every submit-answer round trip above (a browser's is native).\n"
+        "        The submits go out on a kept-alive bare socket (app_client.Clicks), as a browser's\n"
+        "        native fetch would; 'client share': the app's identity endpoint (no Django) through\n"
+        "        httpx and through such a socket, the difference being what httpx's own Python would add.\n"
         f"  spec: {args.spec_trials} trials per path, arrival offsets uniform over 0-{polling_model.OFFSET_S:g} s,\n"
         f"        same Redis and store functions, {polling_model.CONCURRENCY} at a time (bench/polling_model.py).\n"
         "        With the real CLI a question lands just after its last stdout line, so the spec's\n"
