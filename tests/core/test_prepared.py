@@ -102,7 +102,9 @@ def test_another_thread_compiles_its_own_and_loads_the_same(transactional_db: An
 def test_a_placeholder_that_is_not_one_parameter_of_the_query_is_refused(db: Any) -> None:
     # The key equals another parameter: its place in the SQL cannot be told.
     same = uuid.UUID(int=7)
-    prepared = PreparedGet(lambda: Question.objects.exclude(question_id=same), "question_id", placeholder=same)
+    prepared = PreparedGet(
+        lambda: Question.objects.exclude(question_id=same), "question_id", placeholder=same
+    )
 
     with pytest.raises(ValueError, match="placeholder"):
         prepared.get(uuid.uuid4())
