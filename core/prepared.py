@@ -1,11 +1,11 @@
 """A lookup by one unique column whose SQL Django compiles once, not on every call.
 
-The browser's hot posts (an answer, a decision) and every signed-in request load a row or
-two by a unique key before anything else happens. Most of such a load is Django compiling
-the query, column by column and join by join, not the database: on this app's 2-core
-machine the card's load with its run and project took 1.3 ms between requests, nearly all
-compiling, and the SELECT itself well under 0.1 ms (bench/decision_path.py prints the
-request's steps).
+A person's answer or decision loads its card by the card's id, with the card's run and
+project, before anything else the click does. Most of that load was Django compiling the
+query, column by column and join by join, not the database: on this app's 2-core machine
+it took 1.3 ms of a paced submit-answer, and 0.55 ms once compiled ahead
+(bench/decision_path.py prints a decision's steps; docs/design-notes.md, "The card's load
+compiled once").
 
 ``PreparedGet`` compiles its queryset once per database and thread (Django's compilers hold
 their thread's connection), with a placeholder for the key, and then runs that SQL with the
