@@ -18,6 +18,7 @@ in a query of its own.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,8 +34,8 @@ M = TypeVar("M", bound=Model)
 
 @dataclass(frozen=True)
 class _Compiled:
-    model: type[Model]
-    key: Field[Any, Any]
+    """One thread's compiled query: its SQL and parameters, and where the key goes."""
+
     sql: str
     params: tuple[Any, ...]
     key_index: int
@@ -53,8 +54,17 @@ class PreparedGet(Generic[M]):
         self._queryset = queryset
         self._key = key
         self._placeholder = placeholder
-        self._model: type[M] | None = None
         self._local = threading.local()
+
+    @functools.cached_property
+    def model(self) -> type[M]:
+        return self._queryset().model
+
+    @functools.cached_property
+    def key_field(self) -> Field[Any, Any]:
+        field = self.model._meta.get_field(self._key)
+        assert isinstance(field, Field)
+        return field
 
     def _compiled(self, alias: str) -> _Compiled:
         by_alias: dict[str, _Compiled] = self._local.__dict__.setdefault("by_alias", {})
@@ -63,28 +73,21 @@ class PreparedGet(Generic[M]):
         return by_alias[alias]
 
     def _compile(self, alias: str) -> _Compiled:
-        queryset = self._queryset()
-        key = queryset.model._meta.get_field(self._key)
-        assert isinstance(key, Field)
-        compiler = queryset.filter(**{self._key: self._placeholder}).query.get_compiler(using=alias)
+        compiler = self._queryset().filter(**{self._key: self._placeholder}).query.get_compiler(using=alias)
         sql, params = compiler.as_sql()
-        marker = key.get_db_prep_value(self._placeholder, compiler.connection, prepared=False)
+        marker = self.key_field.get_db_prep_value(self._placeholder, compiler.connection, prepared=False)
         found = [index for index, param in enumerate(params) if param == marker]
         if len(found) != 1:
             raise ValueError(f"the placeholder for {self._key!r} is not one parameter of: {sql}")
-        return _Compiled(queryset.model, key, sql, tuple(params), found[0], compiler)
+        return _Compiled(sql, tuple(params), found[0], compiler)
 
     def get(self, value: Any) -> M:
-        if self._model is None:
-            self._model = self._queryset().model
-        model = self._model
+        model, key = self.model, self.key_field
         alias = router.db_for_read(model)
         compiled = self._compiled(alias)
         connection = connections[alias]
         params = list(compiled.params)
-        params[compiled.key_index] = compiled.key.get_db_prep_value(
-            compiled.key.to_python(value), connection, prepared=False
-        )
+        params[compiled.key_index] = key.get_db_prep_value(key.to_python(value), connection, prepared=False)
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
             rows = cursor.fetchmany(2)
