@@ -35,6 +35,11 @@ async def login(app_url: str) -> httpx.AsyncClient:
     return client
 
 
+def cookie_header(client: httpx.AsyncClient) -> str:
+    """The ``Cookie`` header's value for a raw request with ``client``'s session (``login``)."""
+    return "; ".join(f"{name}={value}" for name, value in client.cookies.items())
+
+
 class Clicks:
     """A person's clicks (an answer, a decision) as JSON posts on one kept-alive socket, with
     the session cookie and CSRF header of ``login``'s client, as a browser's ``fetch`` sends them.
@@ -52,9 +57,8 @@ class Clicks:
     def __init__(self, app_url: str, client: httpx.AsyncClient) -> None:
         self.host, port = app_url.removeprefix("http://").split(":")
         self.port = int(port)
-        cookies = "; ".join(f"{name}={value}" for name, value in client.cookies.items())
         self.headers = (
-            f"Host: {self.host}:{self.port}\r\nCookie: {cookies}\r\n"
+            f"Host: {self.host}:{self.port}\r\nCookie: {cookie_header(client)}\r\n"
             f"X-CSRFToken: {client.headers['X-CSRFToken']}\r\nReferer: {client.headers['Referer']}\r\n"
             "Content-Type: application/json\r\n"
         )

@@ -597,8 +597,9 @@ def guardians_per_worker(root: int) -> list[int]:
 
 async def login_endpoint(stack: harness.Stack) -> tuple[object, Endpoint]:
     client = await app_client.login(stack.app_url)
-    cookie = "; ".join(f"{name}={value}" for name, value in client.cookies.items())
-    return client, Endpoint(stack.app_port, cookie, client.cookies.get("csrftoken") or "")
+    return client, Endpoint(
+        stack.app_port, app_client.cookie_header(client), client.cookies.get("csrftoken") or ""
+    )
 
 
 async def phase(
