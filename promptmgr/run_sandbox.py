@@ -27,7 +27,9 @@ capability with ``setpriv`` and runs the command there, about 7 ms. The policy
   per run), which never opens this server, the app's services or a private network
   unless the operator allows it: ``socat`` in the sandbox passes ``127.0.0.1:3128`` to
   the proxy's socket, and every command gets ``HTTP_PROXY`` and ``HTTPS_PROXY`` pointing
-  there (``NO_PROXY`` keeps the sandbox's own loopback direct);
+  there (``NO_PROXY`` keeps the sandbox's own loopback direct). ``start`` does not wait
+  for the proxy to serve (its socket holds connections meanwhile); ``wait_egress`` does,
+  once the CLI is spawned;
 - the API key, ``ASK_USER_CONFIG`` and the CLI's messaging socket and token out of every
   command's environment, and the messaging socket's directory hidden.
 
@@ -58,9 +60,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NoReturn
 
@@ -271,6 +274,9 @@ class RunSandbox:
     egress: subprocess.Popen[bytes] | None = None
     # A pidfd of the sandbox's first process (no PID reuse can redirect the kill).
     handle: int = -1
+    # Whether the egress has said it serves (``wait_egress``).
+    egress_serving: bool = False
+    _egress_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
     def prefix(self) -> str:
@@ -340,9 +346,10 @@ class RunSandbox:
             pid, namespace = int(info["child-pid"]), int(info["mnt-namespace"])
             handle = _open_first_process(pid, namespace)
             # bubblewrap reports the sandbox as it begins setting it up; commands may enter
-            # once its first process has socat listening, and the egress serves.
+            # once its first process has socat listening. The egress is not waited for here
+            # (``wait_egress``): its socket already queues connections, and its start (a
+            # Python process importing asyncio, ~50 ms) overlaps the CLI's.
             _wait_ready(ready_read, process)
-            _wait_egress(proxy)
             prefix = write_prefix(policy, pid=pid, mount_namespace=namespace, marker=marker, entry=entry)
         except BaseException:
             try:
@@ -360,6 +367,18 @@ class RunSandbox:
                 os.close(end)
         return cls(process=process, pid=pid, prefix_path=prefix, egress=proxy, handle=handle)
 
+    def wait_egress(self) -> None:
+        """Return once the run's egress serves; ``RunSandboxError`` (with its exit code) if it
+        never will. Until then its socket, bound and listening from the start, holds the
+        commands' connections, so a command that reaches out early only waits."""
+        # A run stopped meanwhile (``stop``, another thread) kills the egress, which ends
+        # this read; the lock keeps its pipe open until the read has let go of it.
+        with self._egress_lock:
+            if self.egress_serving or self.egress is None:
+                return
+            _wait_egress(self.egress)
+            self.egress_serving = True
+
     def stop(self) -> None:
         """End the sandbox and every process in it (the PID namespace goes with its first
         process, which dies with bubblewrap), and the run's egress."""
@@ -372,7 +391,7 @@ class RunSandbox:
                 _kill(self.process)
             finally:
                 if self.egress is not None:
-                    _end_egress(self.egress)
+                    _end_egress(self.egress, lock=self._egress_lock)
                     self.egress = None
 
 
@@ -444,15 +463,18 @@ def _wait_egress(process: subprocess.Popen[bytes]) -> None:
         raise RunSandboxError(f"the sandbox's network proxy (promptmgr.egress) is not serving: {state}")
 
 
-def _end_egress(process: subprocess.Popen[bytes]) -> None:
+def _end_egress(process: subprocess.Popen[bytes], *, lock: threading.Lock | None = None) -> None:
+    """Kill the egress and close its pipes once ``lock`` (held by a read of its standard
+    output, which the kill ends) is free."""
     # The run is over: whatever it still had open through the proxy ends with it.
     with contextlib.suppress(ProcessLookupError):
         process.kill()
     process.wait()
-    for pipe in (process.stdin, process.stdout):
-        if pipe is not None:
-            with contextlib.suppress(OSError):
-                pipe.close()
+    with lock if lock is not None else contextlib.nullcontext():
+        for pipe in (process.stdin, process.stdout):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
 
 
 def _open_first_process(pid: int, mount_namespace: int) -> int:

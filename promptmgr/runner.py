@@ -226,19 +226,26 @@ class RunSupervisor:
         )
         if failure is not None:
             return Outcome(status=RunStatus.FAILED, error=failure)
-        # The worktree's state before Claude touches it: the run's changes are diffed against it.
-        await run_changes.record_start(self.run_id, root)
+        # The worktree's state before Claude touches it: the run's changes are diffed against
+        # it. Taken while the sandbox starts (both are mostly waiting on other programs); the
+        # engine spawns the CLI only once it is done.
+        snapshot = asyncio.ensure_future(run_changes.record_start(self.run_id, root))
         start = ENGINES.get(ctx.run.engine, cli_engine.start_turn)
-        self.turn = turn = await start(
-            TurnRequest(
-                run_id=self.run_id,
-                project=project,
-                root=root,
-                prompt=ctx.run.prompt,
-                resume_session_id=ctx.conversation.claude_session_id,
-                stream_token=str(ctx.run.stream_token),
+        try:
+            self.turn = turn = await start(
+                TurnRequest(
+                    run_id=self.run_id,
+                    project=project,
+                    root=root,
+                    prompt=ctx.run.prompt,
+                    resume_session_id=ctx.conversation.claude_session_id,
+                    stream_token=str(ctx.run.stream_token),
+                    before_spawn=snapshot,
+                )
             )
-        )
+        finally:
+            # A start that failed before it: the snapshot still ends before the run's end.
+            await asyncio.wait([snapshot])
         self.ask_user = turn.ask_user
         self.inbox.attach(turn)
         if self.stop_status is not None:  # cancelled while starting

@@ -401,6 +401,17 @@ class Confinement:
         directory and, in the ``run`` scope, the shell prefix."""
         return {"CLAUDE_CODE_TMPDIR": str(self.tmpdir), **self.env}
 
+    async def serving(self) -> None:
+        """Return once the run's sandbox serves in full: its egress (which ``confine`` does
+        not wait for, so its start overlaps the CLI's) says it serves. Off the event loop;
+        ``SandboxUnavailable`` with the reason if it never will."""
+        if self.sandbox is None:
+            return
+        try:
+            await asyncio.to_thread(self.sandbox.wait_egress)
+        except RunSandboxError as exc:
+            raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None
+
     async def aclose(self) -> None:
         """``close`` off the event loop: removing what a run left in its temporary directory,
         and waiting for its sandbox to end, would otherwise hold every stream of the worker."""
@@ -442,7 +453,9 @@ def _confine(run_id: int, workdir: Path, path: str) -> Confinement:
 
 async def confine(*, run_id: int, workdir: Path, path: str) -> Confinement:
     """Check that the sandbox can start (``SandboxUnavailable`` if not) and prepare the run's
-    confinement; off the event loop, since the first check starts bubblewrap once.
+    confinement; off the event loop, since the first check starts bubblewrap once. The
+    engine starts the CLI and then awaits ``Confinement.serving``, so the egress's start
+    is not on the way to Claude's first word.
 
     A run cancelled meanwhile (stopped as it starts) does not get it, but the thread goes on
     preparing it: what it prepares (a sandbox, its egress, a temporary directory) is closed

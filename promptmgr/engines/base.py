@@ -69,6 +69,9 @@ class TurnRequest:
     stream_token: str
     # The prompt's uuid on the CLI's stream-json input (``engines.inbox``).
     prompt_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # What must be done before the CLI starts, under way while the run's sandbox starts (the
+    # run's start snapshot, ``services.changes.record_start``): awaited just before the spawn.
+    before_spawn: Awaitable[None] | None = None
 
 
 class Turn(Protocol):

@@ -92,6 +92,8 @@ async def start_turn(request: TurnRequest) -> CLITurn:
     confinement = await sandbox.confine(run_id=request.run_id, workdir=request.root, path=child_path())
     relay = None
     try:
+        if request.before_spawn is not None:
+            await request.before_spawn
         if ask_user:
             relay = await askuser.relay_session_open(
                 run_id=request.run_id,
@@ -128,5 +130,12 @@ async def start_turn(request: TurnRequest) -> CLITurn:
         await confinement.aclose()
         raise
     turn = CLITurn(process, ask_user=ask_user, relay=relay, confinement=confinement)
-    await turn.input.send_prompt(request.prompt, request.prompt_id)
+    try:
+        await turn.input.send_prompt(request.prompt, request.prompt_id)
+        # The sandbox already confines every command; its egress (the network proxy) starts
+        # beside the CLI, which takes far longer, and holds connections until it serves.
+        await confinement.serving()
+    except BaseException:
+        await turn.stop()
+        raise
     return turn

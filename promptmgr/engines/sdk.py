@@ -329,7 +329,9 @@ async def start_turn(request: TurnRequest) -> SDKTurn:
     prompt (it connects in a task of its own)."""
     confinement = await sandbox.confine(run_id=request.run_id, workdir=request.root, path=child_path())
     try:
-        return SDKTurn(
+        if request.before_spawn is not None:
+            await request.before_spawn
+        turn = SDKTurn(
             run_id=request.run_id,
             project=request.project,
             root=request.root,
@@ -341,3 +343,11 @@ async def start_turn(request: TurnRequest) -> SDKTurn:
     except BaseException:
         await confinement.aclose()
         raise
+    try:
+        # The sandbox already confines every command; its egress (the network proxy) starts
+        # beside the CLI, which takes far longer, and holds connections until it serves.
+        await confinement.serving()
+    except BaseException:
+        await turn.stop()
+        raise
+    return turn

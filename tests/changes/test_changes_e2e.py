@@ -7,6 +7,7 @@ app puts it (``Run.workdir``: the conversation's worktree), so every check reads
 
 from __future__ import annotations
 
+import asyncio
 import io
 import zipfile
 from pathlib import Path
@@ -113,3 +114,29 @@ def test_revert_is_409_after_a_later_run_changed_the_same_file(app_server: LiveS
     assert client.post(f"/api/runs/{second['run_id']}/revert").status_code == 200
     assert client.post(f"/api/runs/{first['run_id']}/revert").status_code == 200
     assert readme.read_text() == "# Demo\nstatus: draft\n"
+
+
+@pytest.mark.parametrize("engine", ["cli", "sdk"])
+def test_a_slow_start_snapshot_is_still_taken_before_claude_edits(
+    app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    """The start snapshot is taken while the sandbox starts; the engine spawns the CLI only
+    once it is done, so however long it takes, the run's edit is in its changes."""
+    record_start = changes.record_start
+
+    async def slow_record_start(run_id: int, workdir: Path) -> None:
+        await asyncio.sleep(2)  # longer than the whole scripted run takes
+        await record_start(run_id, workdir)
+
+    monkeypatch.setattr(changes, "record_start", slow_record_start)
+    project, _root = git_project(alice, engine=engine)
+    client = login_client(app_server, "alice", "alice-password")
+    started = start_run(
+        client, project.pk, script(READ, edit("status: draft", "status: final"), {"text": "Done."})
+    )
+
+    events = read_sse(client, started["events_url"])
+
+    assert events[-1].data == {"status": "completed"}
+    [changed] = [e for e in events if e.event == "changes"]
+    assert [(f["path"], f["status"]) for f in changed.data["files"]] == [("README.md", "modified")]

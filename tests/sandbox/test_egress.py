@@ -8,8 +8,10 @@ import contextlib
 import http.server
 import ipaddress
 import os
+import shlex
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -517,16 +519,76 @@ def test_a_proxy_that_cannot_serve_refuses_the_run_with_the_reason(settings: Any
     settings.CLAUDE_SANDBOX_EGRESS_ALLOW = ("not-a-network",)  # past the settings' own check
     workdir = Path(settings.STORAGE_ROOT) / "worktrees" / "no-proxy"
     workdir.mkdir(parents=True)
-    tmpdir = sandbox.run_tmp_open(13)
+    confinement = sandbox.run_scope_confinement(run_id=13, workdir=workdir, path=child_path())
     try:
         with pytest.raises(sandbox.SandboxUnavailable) as refused:
-            sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=child_path())
+            asyncio.run(confinement.serving())
         assert "the sandbox's network proxy (promptmgr.egress) is not serving: it exited with code 1" in str(
             refused.value
         )
-        assert processes_naming(str(tmpdir)) == []
     finally:
-        sandbox.run_tmp_close(tmpdir)
+        confinement.close()
+    assert processes_naming(str(confinement.tmpdir)) == []
+
+
+def slow_interpreter(*, seconds: int) -> str:
+    """A script that starts this Python ``seconds`` late, in one process (bash's ``read``
+    times out on the egress's standard input, which the app holds open and never writes)."""
+    return f'#!/bin/bash\nread -r -t {seconds} _\nexec {shlex.quote(sys.executable)} "$@"\n'
+
+
+def test_a_command_that_reaches_out_before_the_egress_serves_waits_for_it(
+    tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch, outside_server: tuple[int, list[str]]
+) -> None:
+    """The sandbox is ready before its egress (which starts beside the CLI): a command
+    that connects meanwhile is held by the egress's listening socket, not refused."""
+    settings.CLAUDE_SANDBOX_EGRESS_ALLOW = (OUTSIDE_NETWORK,)
+    slow_python = tmp_path / "slow-python"
+    slow_python.write_text(slow_interpreter(seconds=1))
+    slow_python.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(slow_python))  # the egress's interpreter
+    workdir = Path(settings.STORAGE_ROOT) / "worktrees" / "egress"
+    workdir.mkdir(parents=True)
+    port, peers = outside_server
+    confinement = sandbox.run_scope_confinement(run_id=15, workdir=workdir, path=child_path())
+    try:
+        assert confinement.sandbox is not None
+        serving = [confinement.sandbox.egress_serving]  # as the command starts
+        output = in_sandbox(confinement, f"curl -sS -m 10 http://{OUTSIDE}:{port}/early")
+        asyncio.run(confinement.serving())
+        serving.append(confinement.sandbox.egress_serving)
+    finally:
+        confinement.close()
+    assert serving == [False, True]
+    assert output.startswith("GET /early HTTP/1.1\n"), output
+    assert len(peers) == 1
+
+
+def test_a_run_stopped_while_its_egress_starts_ends_the_wait_and_leaves_nothing(
+    tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow_python = tmp_path / "slow-python"
+    slow_python.write_text(slow_interpreter(seconds=30))
+    slow_python.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(slow_python))
+    workdir = Path(settings.STORAGE_ROOT) / "worktrees" / "stopped-egress"
+    workdir.mkdir(parents=True)
+    confinement = sandbox.run_scope_confinement(run_id=16, workdir=workdir, path=child_path())
+
+    async def stop_while_it_waits() -> float:
+        waiting = asyncio.ensure_future(confinement.serving())
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        started = time.monotonic()
+        await confinement.aclose()
+        with pytest.raises(sandbox.SandboxUnavailable, match="not serving: it exited with code -9"):
+            await waiting
+        return time.monotonic() - started
+
+    took = asyncio.run(stop_while_it_waits())
+    assert took < 5, f"the stop waited {took:.1f} s for the egress's start"
+    assert processes_naming(str(confinement.tmpdir)) == []
+    assert processes_naming(str(slow_python)) == []
 
 
 def test_a_run_stopped_while_its_sandbox_starts_leaves_nothing_of_it(settings: Any) -> None:

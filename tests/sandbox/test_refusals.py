@@ -50,6 +50,40 @@ def test_a_run_on_a_host_without_bubblewrap_is_refused_with_the_reason(
     assert (run.status, run.error) == (RunStatus.FAILED, expected)
 
 
+@pytest.mark.parametrize("engine", ["cli", "sdk"])
+def test_a_run_whose_sandbox_network_proxy_cannot_serve_fails_with_the_reason_and_leaves_no_cli(
+    app_server: LiveServer, alice: Any, settings: Any, engine: str
+) -> None:
+    # The egress starts beside the CLI (sandbox.Confinement.serving), so the CLI was already
+    # spawned when the egress failed.
+    settings.CLAUDE_SANDBOX_EGRESS_ALLOW = ("not-a-network",)  # past the settings' own check
+    project = make_project(owner=alice, engine=engine)
+    client = login_client(app_server, "alice", "alice-password")
+    started = start_run(client, project.pk, script({"text": "never runs"}))
+    events = read_sse(client, started["events_url"])
+    reason = "the sandbox's network proxy (promptmgr.egress) is not serving: it exited with code 1"
+    expected = MSG_SPAWN_FAILED.format(error=sandbox.MSG_UNAVAILABLE.format(reason=reason))
+    assert [e.data["message"] for e in events if e.event == "error"] == [expected]
+    run = Run.objects.get(pk=started["run_id"])
+    assert (run.status, run.error) == (RunStatus.FAILED, expected)
+    assert processes_with_the_runs_temporary_directory(run.pk) == []
+
+
+def processes_with_the_runs_temporary_directory(run_id: int) -> list[int]:
+    """Processes whose command line or environment names the run's temporary directory: its
+    CLI (``CLAUDE_CODE_TMPDIR``), its sandbox."""
+    mark = f"{sandbox._run_tmp_prefix()}{run_id}-".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if mark in (entry / "cmdline").read_bytes() or mark in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
 def test_with_the_sandbox_switched_off_the_same_host_runs(
     app_server: LiveServer, alice: Any, no_bubblewrap: None, settings: Any
 ) -> None:
