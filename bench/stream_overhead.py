@@ -167,6 +167,9 @@ def report(results: Results, args: argparse.Namespace) -> None:
     direct, app = results.direct, results.app
     wall_over = [a.wall_s / d.wall_s - 1 for d, a in zip(direct, app, strict=True)]
     window_over = [a.window_s / d.window_s - 1 for d, a in zip(direct, app, strict=True)]
+    # What the app adds before the first word and after the last, in ms (median of pairs).
+    head_added = median([(a.head_s - d.head_s) * 1000 for d, a in zip(direct, app, strict=True)])
+    tail_added = median([(a.tail_s - d.tail_s) * 1000 for d, a in zip(direct, app, strict=True)])
 
     def rate(runs: list[Pass]) -> float:
         return median([len(r.deltas) / r.window_s for r in runs])
@@ -210,6 +213,7 @@ def report(results: Results, args: argparse.Namespace) -> None:
                 "delta window s",
                 "deltas/s",
                 "MB/s read",
+                "head s",
                 "tail s",
                 "CPU busy",
                 "stolen",
@@ -221,6 +225,7 @@ def report(results: Results, args: argparse.Namespace) -> None:
                     fmt(median([r.window_s for r in direct]), 3),
                     fmt(rate(direct), 0),
                     fmt(mbps(direct)),
+                    fmt(median([r.head_s for r in direct]), 3),
                     fmt(median([r.tail_s for r in direct]), 3),
                     pct(median([r.cpu_busy for r in direct])).lstrip("+"),
                     pct(median([r.cpu_stolen for r in direct])).lstrip("+"),
@@ -231,6 +236,7 @@ def report(results: Results, args: argparse.Namespace) -> None:
                     fmt(median([r.window_s for r in app]), 3),
                     fmt(rate(app), 0),
                     fmt(mbps(app)),
+                    fmt(median([r.head_s for r in app]), 3),
                     fmt(median([r.tail_s for r in app]), 3),
                     pct(median([r.cpu_busy for r in app])).lstrip("+"),
                     pct(median([r.cpu_stolen for r in app])).lstrip("+"),
@@ -241,7 +247,8 @@ def report(results: Results, args: argparse.Namespace) -> None:
                     pct(median(window_over)),
                     "",
                     "",
-                    "",
+                    f"{head_added:+.0f} ms",
+                    f"{tail_added:+.0f} ms",
                     "",
                     "",
                 ],
@@ -254,6 +261,8 @@ def report(results: Results, args: argparse.Namespace) -> None:
         "        events persisted to the database, `done`).\n"
         "  delta window: first to last text delta at the consumer; deltas/s = deltas / window.\n"
         "  MB/s read: bytes the consumer read per window second (stdout JSON lines vs SSE frames).\n"
+        "  head: start of the wall time to the first text delta (Claude's first word: the\n"
+        "        app's share is the run's worktree, start snapshot and sandbox).\n"
         "  tail: last text delta to the end of the wall time (CLI exit vs `done`).\n"
         f"  CPU busy: share of all {os.cpu_count()} CPUs' time in use during the pass (the whole\n"
         "        machine: CLI, scripted model, app, Redis, this client). Near 100% means the\n"

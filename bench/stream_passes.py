@@ -56,6 +56,11 @@ class Pass:
         return (self.deltas[-1][0] - self.deltas[0][0]) / 1e9 if len(self.deltas) > 1 else float("nan")
 
     @property
+    def head_s(self) -> float:
+        """Start to the first text delta at the consumer: Claude's first word."""
+        return (self.deltas[0][0] - self.start_ns) / 1e9 if self.deltas else float("nan")
+
+    @property
     def tail_s(self) -> float:
         return (self.end_ns - self.deltas[-1][0]) / 1e9 if self.deltas else float("nan")
 
