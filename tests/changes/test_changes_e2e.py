@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from promptmgr.models import Run
 from promptmgr.services import changes
 from tests.changes.support import READ, edit, git_project, status
 from tests.conftest import LiveServer
-from tests.helpers import login_client, read_sse, script, start_run
+from tests.helpers import SSEEvent, login_client, read_sse, script, start_run
 
 pytestmark = pytest.mark.e2e
 
@@ -28,20 +29,38 @@ def workdir_of(started: dict[str, Any]) -> Path:
     return Path(Run.objects.get(pk=started["run_id"]).workdir)
 
 
-def test_a_run_that_edits_readme_gives_changes_a_diff_the_new_content_and_reverts(
-    app_server: LiveServer, alice: Any, bob: Any
-) -> None:
-    project, root = git_project(alice)
-    client = login_client(app_server, "alice", "alice-password")
+@dataclass
+class ReadmeRun:
+    client: Any
+    started: dict[str, Any]
+    root: Path  # the project's workspace
+    events: list[SSEEvent]
+
+    @property
+    def changes(self) -> dict[str, Any]:
+        [changed] = [e for e in self.events if e.event == "changes"]
+        return changed.data  # type: ignore[no-any-return]
+
+
+def readme_edit_run(app_server: LiveServer, owner: Any, **fields: Any) -> ReadmeRun:
+    """A run in a new git project of ``owner``'s that Reads README.md and Edits its status,
+    read to its end."""
+    project, root = git_project(owner, **fields)
+    client = login_client(app_server, owner.username, f"{owner.username}-password")
     started = start_run(
         client, project.pk, script(READ, edit("status: draft", "status: final"), {"text": "Done."})
     )
+    return ReadmeRun(client, started, root, read_sse(client, started["events_url"]))
 
-    events = read_sse(client, started["events_url"])
+
+def test_a_run_that_edits_readme_gives_changes_a_diff_the_new_content_and_reverts(
+    app_server: LiveServer, alice: Any, bob: Any
+) -> None:
+    run = readme_edit_run(app_server, alice)
+    client, started, root, events = run.client, run.started, run.root, run.events
 
     assert events[-1].data == {"status": "completed"}
-    [changed] = [e for e in events if e.event == "changes"]
-    assert changed.data["files"] == [
+    assert run.changes["files"] == [
         {
             "path": "README.md",
             "status": "modified",
@@ -129,14 +148,8 @@ def test_a_slow_start_snapshot_is_still_taken_before_claude_edits(
         await record_start(run_id, workdir)
 
     monkeypatch.setattr(changes, "record_start", slow_record_start)
-    project, _root = git_project(alice, engine=engine)
-    client = login_client(app_server, "alice", "alice-password")
-    started = start_run(
-        client, project.pk, script(READ, edit("status: draft", "status: final"), {"text": "Done."})
-    )
 
-    events = read_sse(client, started["events_url"])
+    run = readme_edit_run(app_server, alice, engine=engine)
 
-    assert events[-1].data == {"status": "completed"}
-    [changed] = [e for e in events if e.event == "changes"]
-    assert [(f["path"], f["status"]) for f in changed.data["files"]] == [("README.md", "modified")]
+    assert run.events[-1].data == {"status": "completed"}
+    assert [(f["path"], f["status"]) for f in run.changes["files"]] == [("README.md", "modified")]
