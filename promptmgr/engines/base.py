@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from askuser import facade as askuser
 from core.redis import decode_json
@@ -20,6 +20,9 @@ from promptmgr.models import Project
 from promptmgr.processes import Line, LineTimeout
 
 from .inbox import Delivery
+
+if TYPE_CHECKING:
+    from promptmgr.sandbox import Confinement
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +120,26 @@ class Turn(Protocol):
 
     def unstarted_messages(self) -> list[str]:
         """Ids of messages written that the CLI never took in (for once the turn is over)."""
+
+
+TurnT = TypeVar("TurnT", bound=Turn)
+
+
+async def started(
+    turn: TurnT, confinement: Confinement, *, first: Callable[[], Awaitable[None]] | None = None
+) -> TurnT:
+    """``turn``, its CLI spawned, once ``first`` (sending the prompt) is done and its
+    confinement serves in full (``Confinement.serving``: the sandbox's egress starts beside
+    the CLI, which takes far longer); a turn either of them fails is stopped, and the error
+    raised."""
+    try:
+        if first is not None:
+            await first()
+        await confinement.serving()
+    except BaseException:
+        await turn.stop()
+        raise
+    return turn
 
 
 TurnStarter = Callable[[TurnRequest], Awaitable[Turn]]

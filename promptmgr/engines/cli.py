@@ -17,7 +17,7 @@ from promptmgr.cli import build_command, child_env, child_path, find_claude_cli
 from promptmgr.processes import Line, LineTimeout, ManagedProcess
 from promptmgr.workspaces import mcp_server_registered
 
-from .base import Item, Message, TurnRequest, read_line
+from .base import Item, Message, TurnRequest, read_line, started
 from .inbox import Delivery, TurnInput
 
 # The run's prompt and later messages go in as stream-json lines (engines.inbox).
@@ -130,12 +130,6 @@ async def start_turn(request: TurnRequest) -> CLITurn:
         await confinement.aclose()
         raise
     turn = CLITurn(process, ask_user=ask_user, relay=relay, confinement=confinement)
-    try:
-        await turn.input.send_prompt(request.prompt, request.prompt_id)
-        # The sandbox already confines every command; its egress (the network proxy) starts
-        # beside the CLI, which takes far longer, and holds connections until it serves.
-        await confinement.serving()
-    except BaseException:
-        await turn.stop()
-        raise
-    return turn
+    return await started(
+        turn, confinement, first=lambda: turn.input.send_prompt(request.prompt, request.prompt_id)
+    )

@@ -40,7 +40,7 @@ from promptmgr.cli import child_env, child_path, find_claude_cli
 from promptmgr.models import PermissionMode, Project
 from promptmgr.processes import TIMEOUT, LineTimeout
 
-from .base import Item, TurnRequest
+from .base import Item, TurnRequest, started
 from .base import Message as StreamMessage
 from .inbox import Delivery, TurnInput
 from .permissions import PermissionGate
@@ -343,11 +343,4 @@ async def start_turn(request: TurnRequest) -> SDKTurn:
     except BaseException:
         await confinement.aclose()
         raise
-    try:
-        # The sandbox already confines every command; its egress (the network proxy) starts
-        # beside the CLI, which takes far longer, and holds connections until it serves.
-        await confinement.serving()
-    except BaseException:
-        await turn.stop()
-        raise
-    return turn
+    return await started(turn, confinement)
