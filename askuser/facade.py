@@ -41,6 +41,7 @@ from .services import (
     question_push_if_unshown,
     questions_close_for_run,
 )
+from .warm_server import warm_server
 
 __all__ = [
     "PLAN_MODE_WRITE",
@@ -72,7 +73,13 @@ __all__ = [
     "run_question_keys",
     "show_waiting_question",
     "sweep_stale_secrets",
+    "warm_server_stop",
 ]
+
+
+def warm_server_stop() -> None:
+    """The worker's shutdown: its warm ask-user server goes (it exits once its runs are gone)."""
+    warm_server().stop()
 
 
 async def show_waiting_question(run_id: int) -> bool:

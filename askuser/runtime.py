@@ -24,6 +24,7 @@ from pathlib import Path
 from django.conf import settings
 
 from . import live
+from .warm_server import warm_server
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ def hash_token(token: str) -> str:
 class RelaySession:
     run_id: int
     directory: Path
+    # The worker's warm ask-user server's socket while this session holds it (warm_server).
+    warm_socket: str | None = None
 
     @property
     def config_path(self) -> Path:
@@ -83,6 +86,7 @@ async def relay_session_open(
     ttl = settings.RUN_MAX_DURATION + live.RELAY_TOKEN_TTL_GRACE
     await live.relay_token_store(run_id, hash_token(token), ttl=ttl)
     _encoded_tokens[run_id] = EncodedToken.of(token)
+    session.warm_socket = warm_server().acquire()
     return session
 
 
@@ -95,6 +99,9 @@ async def relay_session_close(session: RelaySession) -> None:
 def remove_secrets(session: RelaySession) -> None:
     shutil.rmtree(session.directory, ignore_errors=True)
     _encoded_tokens.pop(session.run_id, None)
+    if session.warm_socket is not None:
+        session.warm_socket = None
+        warm_server().release()
 
 
 class RunEnded(Exception):

@@ -103,7 +103,9 @@ def child_path() -> str:
     return os.environ.get("PATH") or DEFAULT_PATH
 
 
-def child_env(*, ask_user_config: Path | None, ask_user_timeout: int | None) -> dict[str, str]:
+def child_env(
+    *, ask_user_config: Path | None, ask_user_timeout: int | None, ask_user_warm: str | None = None
+) -> dict[str, str]:
     """The allowlisted environment of a CLI run (and of the MCP server it spawns); a confined
     run adds its confinement's (``sandbox.Confinement.cli_env``)."""
     env = {name: os.environ[name] for name in INHERITED_ENV if name in os.environ}
@@ -120,6 +122,10 @@ def child_env(*, ask_user_config: Path | None, ask_user_timeout: int | None) -> 
     env["ANTHROPIC_BASE_URL"] = settings.ANTHROPIC_BASE_URL
     if ask_user_config is not None:
         env["ASK_USER_CONFIG"] = str(ask_user_config)
+        if ask_user_warm is not None:
+            # The MCP server the CLI starts is then served by the worker's warm server
+            # (askuser/warm_server.py, mcp_server/warm.py).
+            env["ASK_USER_WARM"] = ask_user_warm
         # By default the CLI defers MCP tools behind ToolSearch, so the model would not see
         # ask_user in its prompt at all; load its schema up front instead.
         env["ENABLE_TOOL_SEARCH"] = "false"

@@ -517,4 +517,5 @@ async def shutdown_all(timeout: float = 20.0) -> list[int]:
     if tasks:
         await asyncio.wait(tasks, timeout=timeout)
     markdown.stop_renderer()
+    askuser.warm_server_stop()
     return stopped

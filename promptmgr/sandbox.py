@@ -69,7 +69,7 @@ SCRATCH_DIRS = (Path("/tmp"), Path("/var/tmp"), Path("/dev/shm"))
 READ_TOOLS = ("Read", "Grep", "Glob")
 WRITE_TOOLS = ("Edit", "Write", "NotebookEdit")
 # Variables of the CLI's environment that its sandboxed commands do not get.
-HIDDEN_ENV = ("ANTHROPIC_API_KEY", "ASK_USER_CONFIG")
+HIDDEN_ENV = ("ANTHROPIC_API_KEY", "ASK_USER_CONFIG", "ASK_USER_WARM")
 # The server's own loopback (Redis, the app's relay endpoints) is never a sandboxed command's
 # to reach, whatever domains a project's rules allow.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")

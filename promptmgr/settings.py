@@ -301,6 +301,10 @@ ASK_USER_ENABLED = envbool("ASK_USER_ENABLED", "true")
 # operator may wrap it (the benchmarks put a tracing tee in front); it is also the one
 # command line the run sandbox starts outside (promptmgr/run_sandbox.py).
 ASK_USER_MCP_COMMAND = envcommand("ASK_USER_MCP_COMMAND", [sys.executable, "-P", "-m", "mcp_server"])
+# Runs' MCP servers are forked from a warm server that imported the SDK once (askuser/warm_server.py),
+# which ends this long after the worker's last ask-user run.
+ASK_USER_WARM_SERVER = envbool("ASK_USER_WARM_SERVER", "true")
+ASK_USER_WARM_IDLE_SECONDS = envint("ASK_USER_WARM_IDLE_SECONDS", "60", minimum=1, maximum=86400)
 ASK_USER_DEFAULT_TIMEOUT = envint("ASK_USER_DEFAULT_TIMEOUT", "300", minimum=30, maximum=900)
 # How long poll-answer holds a request open before answering 202 "waiting".
 ASK_USER_LONG_POLL_SECONDS = envint("ASK_USER_LONG_POLL_SECONDS", "25", minimum=1, maximum=60)

@@ -113,6 +113,7 @@ async def start_turn(request: TurnRequest) -> CLITurn:
             child_env(
                 ask_user_config=relay.config_path if relay is not None else None,
                 ask_user_timeout=project.ask_user_timeout,
+                ask_user_warm=relay.warm_socket if relay is not None else None,
             )
             | confinement.cli_env
         )
