@@ -8,7 +8,10 @@ scripted model replies with one short text. Two projects, their runs interleaved
 
 * ask-user off: the CLI alone;
 * ask-user on: the CLI also spawns the ask-user MCP server and connects to it before its
-  first model call (no question is asked; only start-up is measured).
+  first model call (no question is asked; only start-up is measured), a whole
+  ``python -m mcp_server`` as the app started it before the warm server;
+* ask-user on, warm: as the app starts it now, the MCP server the CLI spawns is a stub served
+  by a fork of the warm server (``askuser.warm_server``), which the benchmark starts once.
 
 Per run, from just before the spawn: the ``system`` init line read, the ``result`` line read,
 and the exit reaped (wall). Peak resident memory is ``ru_maxrss`` from ``wait4`` on the CLI:
@@ -112,7 +115,8 @@ def run_once(config: Config) -> Sample:
     )
 
 
-def configs(stack: harness.Stack) -> list[Config]:
+def configs(stack: harness.Stack, warm_socket: str) -> list[Config]:
+    from django.conf import settings
     from django.contrib.auth.models import User
 
     from promptmgr.cli import build_command, child_env, find_claude_cli
@@ -123,7 +127,8 @@ def configs(stack: harness.Stack) -> list[Config]:
     plain = stack.project()
     asking = project_create(owner=User.objects.get(username=harness.USERNAME), name="With ask-user")
     # The MCP server reads its config only when a question is asked; start-up needs none.
-    ask_config = stack.tmp / "ask-user-config.json"
+    # The warm server serves only configs under the run secrets directory.
+    ask_config = Path(settings.RUN_SECRETS_DIR) / "cli-startup" / "ask-user.json"
     return [
         Config(
             "ask-user off",
@@ -135,6 +140,16 @@ def configs(stack: harness.Stack) -> list[Config]:
             "ask-user on",
             build_command(cli=cli, project=asking),
             child_env(ask_user_config=ask_config, ask_user_timeout=asking.ask_user_timeout),
+            workspace_path(asking),
+        ),
+        Config(
+            "ask-user on, warm",
+            build_command(cli=cli, project=asking),
+            child_env(
+                ask_user_config=ask_config,
+                ask_user_timeout=asking.ask_user_timeout,
+                ask_user_warm=warm_socket,
+            ),
             workspace_path(asking),
         ),
     ]
@@ -173,20 +188,29 @@ def main() -> None:
 
     started = time.monotonic()
     print(f"CLI start-up benchmark on {harness.machine()}; setting up a private stack …", flush=True)
+    from askuser.warm_server import WarmServer
+
+    warm = WarmServer()
     with harness.Stack.create(name="cli-startup", ask_user=False) as stack:
-        measured = configs(stack)
-        version = subprocess.run(
-            [measured[0].command[0], "--version"], capture_output=True, text=True, check=True, timeout=60
-        ).stdout.strip()
-        print(f"  CLI: {measured[0].command[0]} ({version})")
-        print(f"  argv: {' '.join(measured[0].command[1:])}")
-        print(f"  model {stack.model_url}")
-        for config in measured:
-            run_once(config)
-        results: dict[str, list[Sample]] = {config.label: [] for config in measured}
-        for _ in range(args.runs):
+        try:
+            warm_socket = warm.acquire()
+            if warm_socket is None:
+                raise SystemExit("the warm ask-user server could not start (ASK_USER_WARM_SERVER off?)")
+            measured = configs(stack, warm_socket)
+            version = subprocess.run(
+                [measured[0].command[0], "--version"], capture_output=True, text=True, check=True, timeout=60
+            ).stdout.strip()
+            print(f"  CLI: {measured[0].command[0]} ({version})")
+            print(f"  argv: {' '.join(measured[0].command[1:])}")
+            print(f"  model {stack.model_url}")
             for config in measured:
-                results[config.label].append(run_once(config))
+                run_once(config)
+            results: dict[str, list[Sample]] = {config.label: [] for config in measured}
+            for _ in range(args.runs):
+                for config in measured:
+                    results[config.label].append(run_once(config))
+        finally:
+            warm.stop()
     report(results)
     print(f"\nFinished in {time.monotonic() - started:.0f} s on {harness.machine()}.")
     print("Every process the benchmark started has been stopped.")
