@@ -12,9 +12,12 @@ so this process (on the same machine) reads each delta's latency off its text.
 Figures, each beside its target:
 
 1. *Idle*: the resident size of the app's own processes (the uvicorn worker and its
-   Markdown render process, if it runs; not the CLIs) once a few runs have warmed it up
-   and it has settled: ``--settle`` seconds, by default until the render process that the
-   warm-up's long replies started has ended (``markdown.RENDER_IDLE_SECONDS`` without one).
+   Markdown render process and warm ask-user server, if they run; not the CLIs) once a few
+   runs have warmed it up and it has settled: ``--settle`` seconds, by default until the
+   render process that the warm-up's long replies started and the warm ask-user server
+   that its runs started have ended (``markdown.RENDER_IDLE_SECONDS`` without a long reply,
+   ``ASK_USER_WARM_IDLE_SECONDS`` without an ask-user run; later phases, whose idle figures
+   are not reported, settle for the render process only).
 2. *One run at a real pace*: ``--rate`` deltas a second, one SSE client; the server's CPU
    time (the app's processes' CPU clocks, as ``cpu_ns`` reads them) per delta delivered,
    over the run's streaming window. Beside it, the machine's floors at that pace: the CPU
@@ -120,6 +123,8 @@ def _kind(pid: int, parent_kind: str) -> str:
         return "uvicorn supervisor" if b"--workers" in text else "uvicorn worker"
     if b"promptmgr.markdown" in text:
         return "render process"
+    if b"mcp_server.warm" in text:
+        return "warm ask-user server"
     if b"resource_tracker" in text:
         return "resource tracker"
     if b"spawn_main" in text:
@@ -432,6 +437,29 @@ def idle_footprint(root: int) -> Idle:
     return Idle(rss)
 
 
+async def warm_server_started(root: int, timeout: float = 20.0) -> None:
+    """Wait until the warm ask-user server has done its imports: its CPU clock stands still."""
+    deadline = time.monotonic() + timeout
+    last = -1
+    while time.monotonic() < deadline:
+        warm = [pid for pid, kind in app_processes(root).items() if kind == "warm ask-user server"]
+        used = sum(cpu_ns(pid) for pid in warm)
+        if warm and used - last < 2_000_000:  # under 2 ms of CPU in the last 200 ms
+            return
+        last = used
+        await asyncio.sleep(0.2)
+    raise RuntimeError("the warm ask-user server did not start and settle")
+
+
+def settle_seconds(args: argparse.Namespace) -> float:
+    """``--settle``, or until the helpers that end when idle have ended (the app's defaults)."""
+    if args.settle is not None:
+        return float(args.settle)
+    from django.conf import settings
+
+    return max(RENDER_IDLE_SECONDS, settings.ASK_USER_WARM_IDLE_SECONDS) + 2
+
+
 async def settle(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
@@ -603,18 +631,25 @@ async def login_endpoint(stack: harness.Stack) -> tuple[object, Endpoint]:
 
 
 async def phase(
-    stack: harness.Stack, args: argparse.Namespace, workers: int
+    stack: harness.Stack, args: argparse.Namespace, workers: int, settle_s: float
 ) -> tuple[Idle, Single | None, Load]:
     client, ep = await login_endpoint(stack)
     try:
         await warm_up(client, ep, stack.project_id, workers)
-        await settle(args.settle)
+        await settle(settle_s)
         idle = idle_footprint(stack.app_pid)
         before = CpuMark.now(stack.app_pid)
         await asyncio.sleep(args.idle_seconds)
         after = CpuMark.now(stack.app_pid)
         idle.cpu_ms_per_s = before.seconds_until(after) * 1e3 / (after.at - before.at)
-        single = await single_run(stack, client, ep, args) if workers == 1 else None
+        single = None
+        if workers == 1:
+            # The settle let the warm ask-user server go; the measured run must not pay for
+            # its start (an import of about a second of CPU, once per quiet spell, not per
+            # delta: bench/cli_startup.py shows it), so a warm-up run starts it first.
+            await warm_up(client, ep, stack.project_id, workers)
+            await warm_server_started(stack.app_pid)
+            single = await single_run(stack, client, ep, args)
         print(
             f"  {workers} worker(s): {args.runs} runs streaming, {args.watchers} idle watchers …", flush=True
         )
@@ -894,8 +929,11 @@ def main() -> None:
     parser.add_argument(
         "--settle",
         type=float,
-        default=RENDER_IDLE_SECONDS + 2,
-        help="seconds to settle before idle RSS (default: until the render process has exited)",
+        default=None,
+        help=(
+            "seconds to settle before idle RSS (default: until the render process and the warm "
+            "ask-user server have exited)"
+        ),
     )
     parser.add_argument("--workers", default="1,2", help="worker counts to measure (default 1,2)")
     parser.add_argument("--profile", default="", help="py-spy each worker over the window into PREFIX-*.txt")
@@ -923,7 +961,14 @@ def main() -> None:
 
             harness.wait_until(all_up, timeout=60, what="the workers")
             try:
-                first_idle, first_single, result = asyncio.run(phase(stack, args, workers))
+                first_idle, first_single, result = asyncio.run(
+                    phase(
+                        stack,
+                        args,
+                        workers,
+                        settle_seconds(args) if idle is None else RENDER_IDLE_SECONDS + 2,
+                    )
+                )
             finally:
                 stack.stop_app()
             if args.gc_log:

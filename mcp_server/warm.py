@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import selectors
@@ -115,6 +116,10 @@ def serve(listener: socket.socket, allowed: Path, parent: int) -> None:
     from .server import build_server
 
     build_server()
+    # What is imported now lives as long as every child: out of the collector's sight, a
+    # child's collections neither walk it nor write to its pages (which would copy them).
+    gc.collect()
+    gc.freeze()
     zygote = _Zygote(listener=listener, allowed=allowed)
     zygote.wake_r, zygote.wake_w = socket.socketpair()
     zygote.wake_r.setblocking(False)
