@@ -24,7 +24,7 @@ from pathlib import Path
 from django.conf import settings
 
 from . import live
-from .warm_server import warm_server
+from .warm_server import WarmHold, warm_server
 
 logger = logging.getLogger(__name__)
 
@@ -44,8 +44,12 @@ def hash_token(token: str) -> str:
 class RelaySession:
     run_id: int
     directory: Path
-    # The worker's warm ask-user server's socket while this session holds it (warm_server).
-    warm_socket: str | None = None
+    # The worker's warm ask-user server while this session holds it (warm_server).
+    warm: WarmHold | None = None
+
+    @property
+    def warm_socket(self) -> str | None:
+        return self.warm.socket_path if self.warm is not None else None
 
     @property
     def config_path(self) -> Path:
@@ -86,7 +90,7 @@ async def relay_session_open(
     ttl = settings.RUN_MAX_DURATION + live.RELAY_TOKEN_TTL_GRACE
     await live.relay_token_store(run_id, hash_token(token), ttl=ttl)
     _encoded_tokens[run_id] = EncodedToken.of(token)
-    session.warm_socket = warm_server().acquire()
+    session.warm = warm_server().acquire()
     return session
 
 
@@ -99,9 +103,9 @@ async def relay_session_close(session: RelaySession) -> None:
 def remove_secrets(session: RelaySession) -> None:
     shutil.rmtree(session.directory, ignore_errors=True)
     _encoded_tokens.pop(session.run_id, None)
-    if session.warm_socket is not None:
-        session.warm_socket = None
-        warm_server().release()
+    if session.warm is not None:
+        hold, session.warm = session.warm, None
+        warm_server().release(hold)
 
 
 class RunEnded(Exception):

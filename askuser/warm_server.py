@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
@@ -43,12 +44,24 @@ MAX_SOCKET_PATH = 100
 STOP_TIMEOUT = 5.0
 
 
+@dataclass(frozen=True)
+class WarmHold:
+    """A run's hold on the warm server: its socket, for ``ASK_USER_WARM``."""
+
+    socket_path: str
+    generation: int
+
+
 class WarmServer:
     """One worker's warm server and the runs that hold it."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holders = 0
+        # A stop (the worker's shutdown) drops every hold; a run that lets go of a hold
+        # from before it changes nothing, so a run whose clean-up outlived the shutdown
+        # cannot keep a later warm server from its idle stop.
+        self._generation = 0
         self._process: subprocess.Popen[bytes] | None = None
         self._listener: socket.socket | None = None
         self._directory: Path | None = None
@@ -60,9 +73,9 @@ class WarmServer:
         process = self._process
         return process.pid if process is not None and process.poll() is None else None
 
-    def acquire(self) -> str | None:
-        """Hold the warm server for a run; its socket's path, or None when the run's MCP
-        server starts on its own (switched off, or the server could not start)."""
+    def acquire(self) -> WarmHold | None:
+        """Hold the warm server for a run; None when the run's MCP server starts on its own
+        (switched off, or the server could not start)."""
         if not settings.ASK_USER_WARM_SERVER:
             return None
         with self._lock:
@@ -75,11 +88,13 @@ class WarmServer:
                 logger.warning("The warm ask-user server could not start", exc_info=True)
                 return None
             self._holders += 1
-            return path
+            return WarmHold(path, self._generation)
 
-    def release(self) -> None:
+    def release(self, hold: WarmHold) -> None:
         """A run let go; the last one arms the idle stop (on the running loop, if any)."""
         with self._lock:
+            if hold.generation != self._generation:
+                return
             self._holders = max(0, self._holders - 1)
             if self._holders or self._process is None:
                 return
@@ -163,6 +178,8 @@ class WarmServer:
             if self._idle is not None:
                 self._idle.cancel()
                 self._idle = None
+            self._generation += 1
+            self._holders = 0
             process, self._process = self._process, None
             listener, self._listener = self._listener, None
             directory, self._directory = self._directory, None

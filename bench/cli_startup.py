@@ -193,10 +193,10 @@ def main() -> None:
     warm = WarmServer()
     with harness.Stack.create(name="cli-startup", ask_user=False) as stack:
         try:
-            warm_socket = warm.acquire()
-            if warm_socket is None:
+            hold = warm.acquire()
+            if hold is None:
                 raise SystemExit("the warm ask-user server could not start (ASK_USER_WARM_SERVER off?)")
-            measured = configs(stack, warm_socket)
+            measured = configs(stack, hold.socket_path)
             version = subprocess.run(
                 [measured[0].command[0], "--version"], capture_output=True, text=True, check=True, timeout=60
             ).stdout.strip()

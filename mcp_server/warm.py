@@ -55,6 +55,8 @@ CONFIG_ENV_VAR = "ASK_USER_CONFIG"  # mcp_server.config's, without importing it 
 REQUEST_TIMEOUT = 5.0
 MAX_REQUEST_BYTES = 1024 * 1024
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+# What a served child answers as any process would (a stub passes these on).
+CHILD_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class Refused(Exception):
@@ -169,9 +171,14 @@ def _accept(zygote: _Zygote) -> None:
             conn.sendall(f"refused {exc}\n".encode())
         conn.close()
         return
+    # A stub passes its SIGTERM on as soon as it has the pid: blocked across the fork, it
+    # waits in the child until the child has its default handling back, instead of
+    # running this process's handler there and being lost.
+    signal.pthread_sigmask(signal.SIG_BLOCK, CHILD_SIGNALS)
     try:
         pid = os.fork()
     except OSError as exc:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, CHILD_SIGNALS)
         for fd in fds:
             os.close(fd)
         with contextlib.suppress(OSError):
@@ -180,6 +187,7 @@ def _accept(zygote: _Zygote) -> None:
         return
     if pid == 0:
         _become_server(zygote, fds, request)  # never returns
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, CHILD_SIGNALS)
     for fd in fds:
         os.close(fd)
     pidfd = os.pidfd_open(pid)
@@ -244,8 +252,9 @@ def _become_server(zygote: _Zygote, fds: list[int], request: _Request) -> None:
     try:
         zygote.close_for_child()
         os.setsid()  # apart from the warm server's group and its signals
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for signum in CHILD_SIGNALS:
             signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, CHILD_SIGNALS)
         for target, fd in zip(STDIO_FDS, fds, strict=True):
             os.dup2(fd, target)
         for fd in fds:

@@ -145,19 +145,20 @@ async def test_a_killed_warm_server_is_replaced_on_the_same_socket_and_one_for_o
     settings.RUN_SECRETS_DIR = tmp_path / "secrets-a"
     server = WarmServer()
     try:
-        path = server.acquire()
+        hold = server.acquire()
         first = server.pid
-        assert path is not None and first is not None
+        assert hold is not None and first is not None
+        path = hold.socket_path
         os.kill(first, signal.SIGKILL)
         await asyncio.to_thread(wait_until, lambda: _zombie(first), timeout=10, what="the kill")
 
-        assert server.acquire() == path
+        assert (again := server.acquire()) is not None and again.socket_path == path
         second = server.pid
         assert second is not None and second != first
 
         # The run secrets moved (a changed setting): a server that would refuse them goes.
         settings.RUN_SECRETS_DIR = tmp_path / "secrets-b"
-        assert server.acquire() == path
+        assert (moved := server.acquire()) is not None and moved.socket_path == path
         third = server.pid
         assert third is not None and third != second
         # Read once its exec is through (a process being exec'd shows an empty command line).
@@ -167,3 +168,30 @@ async def test_a_killed_warm_server_is_replaced_on_the_same_socket_and_one_for_o
         server.stop()
     assert server.pid is None
     assert not Path(path).parent.exists()
+
+
+@pytest.mark.asyncio
+async def test_a_hold_left_from_before_a_shutdown_does_not_keep_the_next_warm_server_from_its_idle_stop(
+    settings: Any, tmp_path: Path
+) -> None:
+    settings.RUN_SECRETS_DIR = tmp_path / "secrets"
+    settings.ASK_USER_WARM_IDLE_SECONDS = 1
+    server = WarmServer()
+    try:
+        stale = server.acquire()  # a run whose clean-up comes after the shutdown, or never
+        assert stale is not None
+        server.stop()  # the worker's shutdown
+
+        hold = server.acquire()
+        assert hold is not None and hold.generation != stale.generation
+        started = server.pid
+        # The late clean-up lets go of nothing the new run holds: no idle stop under it.
+        server.release(stale)
+        await asyncio.sleep(1.5)
+        assert server.pid == started
+        # And the stale hold, never let go at all, does not keep the idle stop away.
+        server.release(hold)
+        await asyncio.to_thread(wait_until, lambda: server.pid is None, timeout=10, what="the idle stop")
+        assert not Path(hold.socket_path).parent.exists()
+    finally:
+        server.stop()
