@@ -117,44 +117,37 @@ class WarmServer:
         """The socket's path, starting the process (and binding the socket) if need be."""
         allowed = Path(settings.RUN_SECRETS_DIR)
         process = self._process
-        if process is not None and self._allowed != allowed:
-            # Configs now live elsewhere (a changed setting): the old server would refuse them.
-            self._terminate(process)
-            process = self._process = None
-        if process is not None and process.poll() is None and self._directory is not None:
-            return str(self._directory / SOCKET_NAME)
-        if process is not None:  # it died (killed, out of memory): a new one takes its socket
+        if process is not None and process.poll() is not None:
+            # It died (killed, out of memory): a new one takes its socket.
             logger.warning(
                 "The warm ask-user server ended with code %s; starting another", process.returncode
             )
-            self._process = None
-        if self._listener is None or self._directory is None:
+            process = None
+        elif process is not None and self._allowed != allowed:
+            # Configs now live elsewhere (a changed setting): the old server would refuse them.
+            self._terminate(process)
+            process = None
+        if self._directory is None:
             self._bind()
         assert self._listener is not None and self._directory is not None
+        if process is None:
+            process = self._process = self._start(self._listener, allowed)
+        return str(self._directory / SOCKET_NAME)
+
+    def _start(self, listener: socket.socket, allowed: Path) -> subprocess.Popen[bytes]:
         env = {name: os.environ[name] for name in CHILD_ENV if name in os.environ}
-        fd = self._listener.fileno()
+        fd = listener.fileno()
         allowed.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._allowed = allowed
-        self._process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
-            [
-                sys.executable,
-                "-P",
-                "-m",
-                "mcp_server.warm",
-                "--fd",
-                str(fd),
-                "--allowed",
-                str(allowed),
-                "--parent",
-                str(os.getpid()),
-            ],
+        return subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            [sys.executable, "-P", "-m", "mcp_server.warm"]
+            + ["--fd", str(fd), "--allowed", str(allowed), "--parent", str(os.getpid())],
             pass_fds=(fd,),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             cwd=REPO,
             env=env,
         )
-        return str(self._directory / SOCKET_NAME)
 
     def _bind(self) -> None:
         base = tempfile.gettempdir()

@@ -15,6 +15,8 @@ import signal
 import socket
 import struct
 
+from core.procfs import session_nice
+
 WARM_ENV_VAR = "ASK_USER_WARM"
 # A stub waits this long for the warm server to take it (a warm server starting on a
 # loaded machine imports for a second or two); then it serves in place.
@@ -54,23 +56,13 @@ def _send_request(sock: socket.socket) -> None:
         "cwd": os.getcwd(),
         # The served child runs at the CPU priority the CLI gave this process and its session.
         "nice": os.getpriority(os.PRIO_PROCESS, 0),
-        "session_nice": _session_nice(),
+        "session_nice": session_nice(),
     }
     payload = json.dumps(request).encode()
     data = HEADER.pack(len(payload)) + payload
     sent = socket.send_fds(sock, [data], list(STDIO_FDS))
     if sent < len(data):
         sock.sendall(data[sent:])
-
-
-def _session_nice() -> int | None:
-    """This session's autogroup nice value (``promptmgr.processes.session_nice``'s reading)."""
-    try:
-        with open("/proc/self/autogroup", encoding="ascii") as autogroup:
-            fields = autogroup.read().split()
-        return int(fields[-1]) if fields else 0
-    except (OSError, ValueError):
-        return None
 
 
 def _read_line(sock: socket.socket) -> str:

@@ -35,9 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import gc
-import json
 import os
 import selectors
 import signal
@@ -48,13 +46,16 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from core.procfs import die_with
+
+from .config import CONFIG_ENV_VAR
 from .stub import HEADER, STDIO_FDS
 
-CONFIG_ENV_VAR = "ASK_USER_CONFIG"  # mcp_server.config's, without importing it here
 # How long a connected stub may take to send its request.
 REQUEST_TIMEOUT = 5.0
 MAX_REQUEST_BYTES = 1024 * 1024
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 # What a served child answers as any process would (a stub passes these on).
 CHILD_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -97,17 +98,9 @@ class _Zygote:
         self.selector.close()
 
 
-def _die_with(parent: int) -> None:
-    """The warm server goes when the worker that started it goes, even by SIGKILL."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the worker died before the line above took effect
-        os._exit(0)
-
-
 def serve(listener: socket.socket, allowed: Path, parent: int) -> None:
     """Accept stubs on ``listener`` and fork a server for each until told to stop."""
-    _die_with(parent)
+    die_with(parent)
     # A terminal's Ctrl-C is the worker's to handle; it stops this process when it stops.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # The imports this process exists to pay once, and the tools' schemas, which the first
@@ -200,12 +193,15 @@ def _accept(zygote: _Zygote) -> None:
         conn.sendall(f"pid {pid}\n".encode())
 
 
-@dataclass(frozen=True)
-class _Request:
+class _Request(BaseModel):
+    """What a stub sends (``mcp_server.stub._send_request``)."""
+
+    model_config = ConfigDict(frozen=True)
+
     env: dict[str, str]
-    cwd: str
-    nice: int | None
-    session_nice: int | None
+    cwd: str = "/"
+    nice: int | None = None
+    session_nice: int | None = None
 
 
 def _read_request(conn: socket.socket, allowed: Path) -> tuple[_Request, list[int]]:
@@ -218,31 +214,38 @@ def _read_request(conn: socket.socket, allowed: Path) -> tuple[_Request, list[in
             raise Refused("not the app's own user")
         if len(fds) != len(STDIO_FDS):
             raise Refused("expected stdin, stdout and stderr")
-        while len(data) < HEADER.size or len(data) < HEADER.size + HEADER.unpack_from(data)[0]:
-            if len(data) >= HEADER.size and HEADER.unpack_from(data)[0] > MAX_REQUEST_BYTES:
-                raise Refused("request too large")
-            chunk = conn.recv(65536)
-            if not chunk:
-                raise Refused("incomplete request")
-            data += chunk
-        raw = json.loads(data[HEADER.size :])
-        env = raw.get("env") if isinstance(raw, dict) else None
-        if not isinstance(env, dict) or not all(isinstance(v, str) for v in [*env, *env.values()]):
-            raise Refused("bad environment")
-        config = env.get(CONFIG_ENV_VAR, "")
+        data = _read_rest(conn, data)
+        try:
+            request = _Request.model_validate_json(data[HEADER.size :])
+        except ValidationError:
+            raise Refused("not a stub's request") from None
+        config = request.env.get(CONFIG_ENV_VAR, "")
         if not config or not Path(os.path.realpath(config)).is_relative_to(allowed):
             raise Refused("no run config of this app")
-        request = _Request(
-            env=env,
-            cwd=str(raw.get("cwd") or "/"),
-            nice=raw.get("nice") if isinstance(raw.get("nice"), int) else None,
-            session_nice=raw.get("session_nice") if isinstance(raw.get("session_nice"), int) else None,
-        )
         return request, fds
     except BaseException:
         for fd in fds:
             os.close(fd)
         raise
+
+
+def _read_rest(conn: socket.socket, data: bytes) -> bytes:
+    """The whole request: its length header, then that many bytes."""
+    while len(data) < HEADER.size:
+        data += _more(conn)
+    size = HEADER.size + HEADER.unpack_from(data)[0]
+    if size > HEADER.size + MAX_REQUEST_BYTES:
+        raise Refused("request too large")
+    while len(data) < size:
+        data += _more(conn)
+    return data
+
+
+def _more(conn: socket.socket) -> bytes:
+    chunk = conn.recv(65536)
+    if not chunk:
+        raise Refused("incomplete request")
+    return chunk
 
 
 def _become_server(zygote: _Zygote, fds: list[int], request: _Request) -> None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -41,6 +40,7 @@ from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
 
 from core.loops import PerLoop
+from core.procfs import die_with
 
 logger = logging.getLogger(__name__)
 
@@ -98,24 +98,9 @@ def render_markdown(text: str) -> str:
     )
 
 
-PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
-
-
-def _die_with(parent: int) -> None:
-    """Runs first in the render process: it goes when the worker goes, even by SIGKILL.
-
-    The signal follows the thread that started the process: the event loop's, which
-    lives as long as the worker (and a process that dies with a shorter-lived thread only
-    means a new one)."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # the worker died before the line above took effect
-        os._exit(0)
-
-
 def _serve(parent: int) -> None:
     """The render process: a text per line of JSON in, its HTML (or the error) per line out."""
-    _die_with(parent)
+    die_with(parent)  # runs first: it goes when the worker goes, even by SIGKILL
     out = sys.stdout.buffer
     for line in sys.stdin.buffer:
         try:

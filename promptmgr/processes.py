@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
+from core.procfs import session_nice
+
 READ_CHUNK = 256 * 1024
 # While the child keeps printing (reads less than twice this apart), stdout is left
 # alone for this long (seconds) after each read, so one read takes a gulp of lines, not
@@ -260,23 +262,6 @@ def lower_priority(pid: int, nice: int) -> None:
     # Without CAP_SYS_ADMIN, at most one change per 100 ms machine-wide.
     with contextlib.suppress(OSError):  # the child is already gone
         Path(f"/proc/{pid}/autogroup").write_text(str(min(MAX_NICE, own + nice)))
-
-
-def session_nice(autogroup: Path) -> int | None:
-    """The nice value of a session's autogroup, read from ``/proc/PID/autogroup``.
-
-    None where the kernel has no autogroup. The file reads "/autogroup-7 nice 0", or is
-    empty for a process in the root group (one that never started a session of its own,
-    such as a service run directly by init): that group weighs as nice 0.
-    """
-    try:
-        fields = autogroup.read_text().split()
-    except OSError:
-        return None
-    try:
-        return int(fields[-1]) if fields else 0
-    except ValueError:  # a format this code does not know: leave the session alone
-        return None
 
 
 def _widen_pipe(fd: int) -> None:
