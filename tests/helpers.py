@@ -371,6 +371,13 @@ def processes_in(directory: Path) -> list[int]:
     return found
 
 
+def live_parents() -> dict[int, int]:
+    """Every live process (a zombie has finished) with its parent's pid."""
+    from promptmgr.processes import live_processes
+
+    return {process.pid: process.ppid for process in live_processes()}
+
+
 # A Bash command that waits, and the rule that allows it. The CLI refuses a standalone
 # `sleep N`, and outside Claude Code's own sandbox (the run sandbox's scope) it asks about
 # inline code such as `python3 -c` whatever the rules say, so it is a module's command.

@@ -17,6 +17,7 @@ from askuser.warm_server import CHILD_ENV, WarmServer, warm_server
 from tests.helpers import (
     QUOTE,
     ask,
+    live_parents,
     login_client,
     make_project,
     next_question,
@@ -31,10 +32,6 @@ from tests.helpers import (
 )
 
 pytestmark = pytest.mark.e2e
-
-
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -60,8 +57,9 @@ def _ask_and_answer(client: Any, project_pk: int) -> tuple[list[Seen], list[Any]
     """A run that asks; the processes in its workspace while the card waits, and its events."""
     started = start_run(client, project_pk, script(ask("Which database?", ["SQLite", "PostgreSQL"]), QUOTE))
     card = next_question(client, started["events_url"])
+    parents = live_parents()
     in_workspace = [
-        Seen(pid, _parent(pid), _cmdline(pid)) for pid in processes_in(run_workdir(started["run_id"]))
+        Seen(pid, parents.get(pid, 0), _cmdline(pid)) for pid in processes_in(run_workdir(started["run_id"]))
     ]
     assert submit_answer(client, card.data["question_id"], selectedOptions=[1]).status_code == 200
     return in_workspace, read_sse(client, started["events_url"])
@@ -103,7 +101,7 @@ def test_the_warm_server_goes_after_the_idle_time_and_the_next_run_starts_anothe
     first = warm_server().pid
     assert first is not None
     wait_until(lambda: warm_server().pid is None, timeout=15, what="the idle warm server to stop")
-    wait_until(lambda: not Path(f"/proc/{first}").exists() or _zombie(first), timeout=10, what="it to exit")
+    wait_until(lambda: first not in live_parents(), timeout=10, what="it to exit")
 
     in_workspace, events = _ask_and_answer(client, project.pk)
 
@@ -111,13 +109,6 @@ def test_the_warm_server_goes_after_the_idle_time_and_the_next_run_starts_anothe
     assert second is not None and second != first
     assert any(seen.parent == second for seen in in_workspace)
     assert events[-1].data == {"status": "completed"}
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def test_with_the_warm_server_switched_off_the_cli_starts_the_whole_server(
@@ -150,7 +141,7 @@ async def test_a_killed_warm_server_is_replaced_on_the_same_socket_and_one_for_o
         assert hold is not None and first is not None
         path = hold.socket_path
         os.kill(first, signal.SIGKILL)
-        await asyncio.to_thread(wait_until, lambda: _zombie(first), timeout=10, what="the kill")
+        await asyncio.to_thread(wait_until, lambda: first not in live_parents(), timeout=10, what="the kill")
 
         assert (again := server.acquire()) is not None and again.socket_path == path
         second = server.pid

@@ -23,6 +23,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from tests.helpers import live_parents
 from tests.mcp_server.fake_relay import FakeRelay, answered, waiting
 
 pytestmark = pytest.mark.e2e
@@ -62,14 +63,6 @@ def _standing_for(stub: subprocess.Popen[bytes]) -> bool:
     with contextlib.suppress(FileNotFoundError):
         return os.readlink(f"/proc/{stub.pid}/fd/0") == os.devnull
     return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return status != "Z"
 
 
 @pytest.fixture
@@ -186,7 +179,7 @@ def test_a_stub_killed_outright_takes_its_served_server_with_it(
     stub.kill()
     stub.wait()
 
-    _wait_until(lambda: not _alive(served), "the served child is gone")
+    _wait_until(lambda: served not in live_parents(), "the served child is gone")
     _wait_until(lambda: not warm.children(), "the served child is reaped")
     assert warm.process.poll() is None  # the warm server serves on
 
@@ -201,7 +194,7 @@ def test_a_stub_passes_sigterm_on_and_ends_with_its_servers_exit_code(
     stub.send_signal(signal.SIGTERM)
 
     assert stub.wait(SETTLE_TIMEOUT) == 128 + signal.SIGTERM
-    assert not _alive(served)
+    assert served not in live_parents()
 
 
 def test_a_served_server_runs_at_its_stubs_priority_and_ends_with_its_stdin(
