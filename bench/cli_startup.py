@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,6 +156,21 @@ def configs(stack: harness.Stack, warm_socket: str) -> list[Config]:
     ]
 
 
+@contextlib.contextmanager
+def warm_server_socket() -> Iterator[str]:
+    """A warm ask-user server of this process's own (as a worker has), held throughout."""
+    from askuser.warm_server import WarmServer
+
+    warm = WarmServer()
+    try:
+        hold = warm.acquire()
+        if hold is None:
+            raise SystemExit("the warm ask-user server could not start (ASK_USER_WARM_SERVER off?)")
+        yield hold.socket_path
+    finally:
+        warm.stop()
+
+
 def row(label: str, values: list[float], digits: int = 0) -> list[str]:
     return [
         label,
@@ -188,29 +204,23 @@ def main() -> None:
 
     started = time.monotonic()
     print(f"CLI start-up benchmark on {harness.machine()}; setting up a private stack …", flush=True)
-    from askuser.warm_server import WarmServer
-
-    warm = WarmServer()
-    with harness.Stack.create(name="cli-startup", ask_user=False) as stack:
-        try:
-            hold = warm.acquire()
-            if hold is None:
-                raise SystemExit("the warm ask-user server could not start (ASK_USER_WARM_SERVER off?)")
-            measured = configs(stack, hold.socket_path)
-            version = subprocess.run(
-                [measured[0].command[0], "--version"], capture_output=True, text=True, check=True, timeout=60
-            ).stdout.strip()
-            print(f"  CLI: {measured[0].command[0]} ({version})")
-            print(f"  argv: {' '.join(measured[0].command[1:])}")
-            print(f"  model {stack.model_url}")
+    with (
+        harness.Stack.create(name="cli-startup", ask_user=False) as stack,
+        warm_server_socket() as warm_socket,
+    ):
+        measured = configs(stack, warm_socket)
+        version = subprocess.run(
+            [measured[0].command[0], "--version"], capture_output=True, text=True, check=True, timeout=60
+        ).stdout.strip()
+        print(f"  CLI: {measured[0].command[0]} ({version})")
+        print(f"  argv: {' '.join(measured[0].command[1:])}")
+        print(f"  model {stack.model_url}")
+        for config in measured:
+            run_once(config)
+        results: dict[str, list[Sample]] = {config.label: [] for config in measured}
+        for _ in range(args.runs):
             for config in measured:
-                run_once(config)
-            results: dict[str, list[Sample]] = {config.label: [] for config in measured}
-            for _ in range(args.runs):
-                for config in measured:
-                    results[config.label].append(run_once(config))
-        finally:
-            warm.stop()
+                results[config.label].append(run_once(config))
     report(results)
     print(f"\nFinished in {time.monotonic() - started:.0f} s on {harness.machine()}.")
     print("Every process the benchmark started has been stopped.")
