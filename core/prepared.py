@@ -9,7 +9,8 @@ compiled once").
 
 ``PreparedGet`` compiles its queryset once per database and thread (Django's compilers hold
 their thread's connection), with a placeholder for the key, and then runs that SQL with the
-key's value. The rows become objects exactly as Django's own ``ModelIterable`` makes them:
+key's value. ``PreparedRows`` does the same for a ``values_list`` query and returns every
+row (a new card's look for the pending cards it supersedes). The rows become objects exactly as Django's own ``ModelIterable`` makes them:
 the same converters, ``from_db`` and ``select_related`` populators, from the same compiler.
 Only what varies is the key, so the query must not depend on anything else that changes
 between calls (the time, a setting): such a filter belongs after the load, in Python, or
@@ -42,15 +43,14 @@ class _Compiled:
     compiler: SQLCompiler
 
 
-class PreparedGet(Generic[M]):
-    """``queryset().get(**{key: value})`` (its ``select_related`` and ``only`` included),
-    compiled once; ``get`` raises ``DoesNotExist`` as Django's does.
+class _Prepared(Generic[M]):
+    """``queryset().filter(**{key: value})``, compiled once per database and thread.
 
     ``placeholder``: a value of the key's type that equals no other parameter of the
     query; it marks the key's place in the compiled SQL.
     """
 
-    def __init__(self, queryset: Callable[[], QuerySet[M]], key: str, placeholder: Any) -> None:
+    def __init__(self, queryset: Callable[[], QuerySet[M, Any]], key: str, placeholder: Any) -> None:
         self._queryset = queryset
         self._key = key
         self._placeholder = placeholder
@@ -81,16 +81,27 @@ class PreparedGet(Generic[M]):
             raise ValueError(f"the placeholder for {self._key!r} is not one parameter of: {sql}")
         return _Compiled(sql, tuple(params), found[0], compiler)
 
-    def get(self, value: Any) -> M:
-        model, key = self.model, self.key_field
-        alias = router.db_for_read(model)
+    def _run(self, value: Any, *, limit: int | None) -> tuple[_Compiled, str, list[Any]]:
+        """The compiled query, its database, and its raw rows for ``value`` (``limit`` at most)."""
+        key = self.key_field
+        alias = router.db_for_read(self.model)
         compiled = self._compiled(alias)
         connection = connections[alias]
         params = list(compiled.params)
         params[compiled.key_index] = key.get_db_prep_value(key.to_python(value), connection, prepared=False)
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
-            rows = cursor.fetchmany(2)
+            rows = cursor.fetchall() if limit is None else cursor.fetchmany(limit)
+        return compiled, alias, rows
+
+
+class PreparedGet(_Prepared[M]):
+    """``queryset().get(**{key: value})`` (its ``select_related`` and ``only`` included),
+    compiled once; ``get`` raises ``DoesNotExist`` as Django's does."""
+
+    def get(self, value: Any) -> M:
+        model = self.model
+        compiled, alias, rows = self._run(value, limit=2)
         name = model._meta.object_name
         if not rows:
             missing = f"{name} matching {self._key}={value!r} does not exist."
@@ -100,6 +111,17 @@ class PreparedGet(Generic[M]):
             raise model.MultipleObjectsReturned(several)  # type: ignore[attr-defined]
         built: M = _build(compiled.compiler, alias, rows[0])
         return built
+
+
+class PreparedRows(_Prepared[M]):
+    """``queryset().filter(**{key: value})`` of a ``values_list`` queryset, compiled once;
+    ``rows`` gives every row as a tuple of its values, through the fields' converters."""
+
+    def rows(self, value: Any) -> list[tuple[Any, ...]]:
+        compiled, _alias, rows = self._run(value, limit=None)
+        if not rows:
+            return []
+        return [tuple(row) for row in compiled.compiler.results_iter(results=[rows])]
 
 
 def _build(compiler: SQLCompiler, alias: str, row: tuple[Any, ...]) -> Any:

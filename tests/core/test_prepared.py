@@ -3,7 +3,8 @@
 Against the test database (SQLite, and PostgreSQL in ``make test-postgres``), through the
 card loads the answer and decision paths use: the same field values, the same related
 objects loaded with them (one query in all), ``DoesNotExist`` for an unknown key, and the
-same results from another thread (the compiled query is kept per thread).
+same results from another thread (the compiled query is kept per thread). ``PreparedRows``
+gives the rows Django's ``values_list`` gives.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from askuser.models import Question, QuestionSource, question_for_answer
+from askuser.services import pending_question_ids
 from core.prepared import PreparedGet
 from tests.helpers import make_run
 
@@ -108,3 +110,26 @@ def test_a_placeholder_that_is_not_one_parameter_of_the_query_is_refused(db: Any
 
     with pytest.raises(ValueError, match="placeholder"):
         prepared.get(uuid.uuid4())
+
+
+def test_prepared_rows_are_the_rows_djangos_values_list_gives(alice: Any) -> None:
+    first, second = make_question(alice), make_question(alice)
+    Question.objects.filter(pk=second.pk).update(run=first.run)
+    make_question(alice)  # another run's pending question
+    theirs = set(Question.objects.filter(run=first.run).pending().values_list("question_id"))
+
+    with CaptureQueriesContext(connection) as queries:
+        ours = pending_question_ids.rows(first.run_id)
+
+    assert len(queries.captured_queries) == 1
+    assert set(ours) == theirs == {(first.question_id,), (second.question_id,)}
+    assert all(isinstance(question_id, uuid.UUID) for (question_id,) in ours)  # the field's converter ran
+
+
+def test_prepared_rows_read_the_rows_as_they_are_now(alice: Any) -> None:
+    question = make_question(alice)
+    assert pending_question_ids.rows(question.run_id) == [(question.question_id,)]
+
+    Question.objects.filter(pk=question.pk).update(status="superseded")
+
+    assert pending_question_ids.rows(question.run_id) == []
