@@ -30,6 +30,7 @@ from django.utils import timezone
 from core import events
 from core.after_response import after_response
 from core.errors import Conflict, Gone, Invalid, NotFound
+from core.prepared import PreparedGet
 from core.questions import FormAnswer, Handoff, questions_from_tool_input
 from core.tool_names import ASK_USER_QUESTION, FILE_EDIT_TOOLS
 from mcp_server.answers import CANCELLED, SUPERSEDED, TIMED_OUT
@@ -144,18 +145,20 @@ CREATE_RUN_FIELDS = (
     "conversation__project__ask_user_timeout",
     "conversation__project__permission_mode",
 )
+# The run's row lock with those columns, compiled once (core.prepared; see
+# services.run_for_new_question).
+run_for_new_request: PreparedGet[Run] = PreparedGet(
+    lambda: Run.objects.select_for_update().select_related("conversation__project").only(*CREATE_RUN_FIELDS),
+    "id",
+    placeholder=0,
+)
 
 
 def _create(
     run_id: int, source: str, tool_name: str, tool_input: dict[str, Any], tool_use_id: str
 ) -> tuple[PermissionRequest, int]:
     with transaction.atomic():
-        run = (
-            Run.objects.select_for_update()
-            .select_related("conversation__project")
-            .only(*CREATE_RUN_FIELDS)
-            .get(pk=run_id)
-        )
+        run = run_for_new_request.get(run_id)
         if run.status not in ACTIVE_RUN_STATUSES:
             raise Gone(services.MSG_RUN_FINISHED, code="run_finished")
         project = run.conversation.project
@@ -235,10 +238,12 @@ async def permission_request_create(
     }
     if request.status != PermissionStatus.PENDING:
         return created  # refused at once (plan mode): nothing to show, nobody to wait for
-    await live.permission_pending_add(run_id, request_id, ttl=timeout + live.QUESTION_TTL_GRACE)
-    await events.append_events(
+    # Pending, and on the page with the run's new status, in one round trip.
+    await live.permission_pending_add(
         run_id,
-        [
+        request_id,
+        ttl=timeout + live.QUESTION_TTL_GRACE,
+        then=[
             ("permission_request", _card(request, timeout)),
             ("run_status", {"status": RunStatus.WAITING_FOR_USER}),
         ],

@@ -81,7 +81,23 @@ def test_a_questions_card_reads_only_its_runs_state_and_the_projects_timeout(db:
     [load] = [query["sql"] for query in queries.captured_queries if '"promptmgr_project"' in query["sql"]]
     assert columns(load, "promptmgr_run") == {"id", "conversation_id", "status"}
     assert columns(load, "promptmgr_project") == {"id", "ask_user_timeout"}
-    assert statements(queries).count("SELECT") == 2  # the run, and the questions it supersedes
+    # The run, the questions it would supersede (none: no UPDATE of them), the card, the run's status.
+    assert statements(queries) == ["SELECT", "SELECT", "INSERT", "UPDATE"]
+
+
+def test_a_new_question_supersedes_the_runs_pending_one_with_one_update(db: Any, alice: Any) -> None:
+    run = make_run(owner=alice, project=make_project(owner=alice))
+    spec = [QuestionSpec.model_validate(PROCEED)]
+    older, _superseded, _timeout = services._create_question(run.pk, QuestionSource.MCP, spec, None)
+
+    with CaptureQueriesContext(connection) as queries:
+        newer, superseded, _timeout = services._create_question(run.pk, QuestionSource.MCP, spec, None)
+
+    assert superseded == [str(older.question_id)]
+    # The run waits already: its status move changes nothing and reads why (the last SELECT).
+    assert statements(queries) == ["SELECT", "SELECT", "UPDATE", "INSERT", "UPDATE", "SELECT"]
+    assert Question.objects.get(pk=older.pk).status == "superseded"
+    assert Question.objects.get(pk=newer.pk).status == "pending"
 
 
 @pytest.mark.asyncio

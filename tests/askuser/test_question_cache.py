@@ -1,11 +1,17 @@
 """The cached question of a run (what the runner's idle read shows as a card) is dropped
-only while it is still the answered one: a newer question cached meanwhile stays."""
+only while it is still the answered one: a newer question cached meanwhile stays.
+
+A new question is cached, marked shown and its card appended in one step
+(``live.question_show``), and a permission request's card goes with its pending mark
+(``live.permission_pending_add``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from askuser import live
+from core import events
+from core.redis import get_async_redis
 
 pytestmark = pytest.mark.unit
 
@@ -31,3 +37,53 @@ async def test_clearing_when_nothing_is_cached_does_nothing() -> None:
     await live.question_cache_clear(7, "q-1")
 
     assert await live.question_cache_get(7) is None
+
+
+def stream(events_read: list[events.Event]) -> list[tuple[int, str, dict[str, object]]]:
+    return [(event.id, event.event, event.data) for event in events_read]
+
+
+async def test_showing_a_question_caches_it_and_appends_its_card_before_what_follows() -> None:
+    question = {"question_id": "q-1", "questions": [{"question": "Which?"}]}
+
+    shown = await live.question_show(
+        7, question, ttl=60, then=[("run_status", {"status": "waiting_for_user"})]
+    )
+
+    assert shown is True
+    assert await live.question_cache_get(7) == question
+    assert stream(await events.read_events(7, 0)) == [
+        (1, "ask_user_question", question),
+        (2, "run_status", {"status": "waiting_for_user"}),
+    ]
+    # The runner's safety net finds it shown and pushes nothing.
+    assert await live.question_mark_shown(7, "q-1", ttl=60) is False
+
+
+async def test_a_question_shown_already_gets_no_second_card_but_what_follows_still_lands() -> None:
+    question = {"question_id": "q-1", "questions": []}
+    assert await live.question_mark_shown(7, "q-1", ttl=60) is True
+
+    shown = await live.question_show(
+        7, question, ttl=60, then=[("run_status", {"status": "waiting_for_user"})]
+    )
+
+    assert shown is False
+    assert stream(await events.read_events(7, 0)) == [(1, "run_status", {"status": "waiting_for_user"})]
+
+
+async def test_a_shown_question_and_its_mark_expire_with_the_ttl_given() -> None:
+    await live.question_show(7, {"question_id": "q-1", "questions": []}, ttl=45, then=[])
+
+    client = get_async_redis()
+    assert 40 < await client.ttl(live.question_cache_key(7)) <= 45
+    assert 40 < await client.ttl(live.question_shown_key(7)) <= 45
+
+
+async def test_a_permission_requests_pending_mark_and_its_card_land_together() -> None:
+    card = {"request_id": "r-1", "kind": "permission"}
+
+    await live.permission_pending_add(7, "r-1", ttl=60, then=[("permission_request", card)])
+
+    assert await live.permissions_pending(7) is True
+    assert stream(await events.read_events(7, 0)) == [(1, "permission_request", card)]
