@@ -42,19 +42,31 @@ def branch_exists(repo: Path, branch: str) -> bool:
     return run_git(["show-ref", "--verify", "--quiet", f"refs/heads/{branch}"], cwd=repo, check=False).ok
 
 
-def add(repo: Path, path: Path, *, branch: str, base: str) -> bool:
+def add(repo: Path, path: Path, *, branch: str, base: str, branch_exists_now: bool | None = None) -> bool:
     """Check out ``branch`` at ``path``, making it from ``base`` if it does not exist.
 
+    ``branch_exists_now``: what the caller just learned, saving a look; None to look here.
     Returns whether the branch was made now.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    # A worktree directory deleted by hand would otherwise still block its branch.
-    run_git(["worktree", "prune"], cwd=repo)
-    if branch_exists(repo, branch):
+    exists = branch_exists(repo, branch) if branch_exists_now is None else branch_exists_now
+    try:
+        _add(repo, path, branch=branch, base=base, exists=exists)
+    except GitError:
+        # A worktree directory deleted by hand leaves git's record of it, which blocks its
+        # path and branch until pruned. Pruning only then spares every new worktree a git
+        # command; the branch is looked at again, as a failed ``-b`` may have made it.
+        run_git(["worktree", "prune"], cwd=repo)
+        exists = exists or branch_exists(repo, branch)
+        _add(repo, path, branch=branch, base=base, exists=exists)
+    return not exists
+
+
+def _add(repo: Path, path: Path, *, branch: str, base: str, exists: bool) -> None:
+    if exists:
         run_git(["worktree", "add", "--quiet", str(path), branch], cwd=repo, what="worktree add")
-        return False
-    run_git(["worktree", "add", "--quiet", "-b", branch, str(path), base], cwd=repo, what="worktree add")
-    return True
+    else:
+        run_git(["worktree", "add", "--quiet", "-b", branch, str(path), base], cwd=repo, what="worktree add")
 
 
 def rename_branch(repo: Path, old: str, new: str) -> None:

@@ -96,11 +96,15 @@ def conversation_worktree_ensure(conversation: Conversation) -> Path:
 
 def _make_worktree(project: Project, conversation: Conversation, repo: Path, path: Path) -> str:
     branch = conversation.branch or conversation_branch(conversation)
-    if not conversation.branch and worktrees.branch_exists(repo, branch):
-        # Left by an earlier life of this database (ids handed out again): kept, renamed.
-        worktrees.rename_branch(repo, branch, f"{branch}-before-{int(time.time())}")
+    # A conversation's first worktree: its branch is about to be made (None: look again).
+    branch_exists_now: bool | None = None
+    if not conversation.branch:
+        if worktrees.branch_exists(repo, branch):
+            # Left by an earlier life of this database (ids handed out again): kept, renamed.
+            worktrees.rename_branch(repo, branch, f"{branch}-before-{int(time.time())}")
+        branch_exists_now = False
     base = project.default_branch or repository.current_branch(repo)
-    worktrees.add(repo, path, branch=branch, base=base)
+    worktrees.add(repo, path, branch=branch, base=base, branch_exists_now=branch_exists_now)
     repository.exclude_paths(repo, GENERATED_PATHS)
     globs = [line.strip() for line in project.worktree_copy_globs.splitlines() if line.strip()]
     copied = worktrees.copy_matching(workspace_path(project), path, globs)

@@ -4,6 +4,7 @@ copy globs and generated files, covered by sync_workspaces, removed without losi
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
@@ -58,6 +59,23 @@ def test_each_conversation_works_on_its_own_branch_and_worktree(
     first.refresh_from_db()
     assert (first.branch, first.worktree_path) == (f"pm/{first.pk}", str(one))
     assert worktrees.conversation_worktree_ensure(first) == one  # made once
+
+
+def test_a_worktree_directory_deleted_by_hand_is_made_again_on_its_branch(
+    project: Project, alice: Any
+) -> None:
+    talk = conversation(project, alice)
+    path = worktrees.conversation_worktree_ensure(talk)
+    (path / "kept.txt").write_text("committed on the branch\n")
+    git(path, "add", "kept.txt")
+    git(path, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "--quiet", "-m", "kept")
+    shutil.rmtree(path)  # git still lists it, which blocks its branch and path until pruned
+
+    again = worktrees.conversation_worktree_ensure(talk)
+
+    assert again == path and git_worktrees.is_worktree(path)
+    assert git(path, "branch", "--show-current").strip() == f"pm/{talk.pk}"
+    assert (path / "kept.txt").read_text() == "committed on the branch\n"
 
 
 def project_root_storage(project: Project) -> Path:
