@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import signal
 import subprocess
 import tempfile
@@ -122,7 +123,7 @@ def run_bounded(
     The child leads a session of its own, so stopping it stops what it started (git's
     remote helpers, ssh, a setup command's children) too.
     """
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, contextlib.ExitStack() as stack:
         proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
@@ -134,13 +135,11 @@ def run_bounded(
         )
         deadline = time.monotonic() + timeout
         stopped: str | None = None
+        exits = stack.enter_context(contextlib.closing(_ExitWatch(proc)))
         try:
             while True:
-                try:
-                    proc.wait(timeout=POLL_SECONDS)
+                if exits.wait(POLL_SECONDS):
                     break
-                except subprocess.TimeoutExpired:
-                    pass
                 if time.monotonic() > deadline:
                     stopped = f"time limit of {timeout:g} s"
                 elif stop_when is not None:
@@ -158,6 +157,41 @@ def run_bounded(
         out.seek(0)
         err.seek(0)
         return Completed(proc.returncode, out.read(), err.read(), stopped)
+
+
+class _ExitWatch:
+    """Waits for a child's end, woken by its pidfd the moment it comes.
+
+    ``Popen.wait`` with a timeout polls instead, sleeping 1, 2, 4 … up to 50 ms between
+    looks: a 17 ms ``git worktree add`` was seen ending at 31 ms. Without a pidfd (not
+    Linux, or before 5.3) it is what is left.
+    """
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+        self._poll: select.poll | None = None
+        self._fd: int | None = None
+        try:
+            self._fd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):
+            return
+        self._poll = select.poll()
+        self._poll.register(self._fd, select.POLLIN)
+
+    def wait(self, seconds: float) -> bool:
+        """Whether the child ended within ``seconds`` (it is not reaped here)."""
+        if self._poll is None:
+            try:
+                self._proc.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        return bool(self._poll.poll(seconds * 1000))
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
