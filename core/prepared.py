@@ -1,4 +1,4 @@
-"""A lookup by one unique column whose SQL Django compiles once, not on every call.
+"""A lookup by one column whose SQL Django compiles once, not on every call.
 
 A person's answer or decision loads its card by the card's id, with the card's run and
 project, before anything else the click does. Most of that load was Django compiling the
@@ -9,9 +9,11 @@ compiled once").
 
 ``PreparedGet`` compiles its queryset once per database and thread (Django's compilers hold
 their thread's connection), with a placeholder for the key, and then runs that SQL with the
-key's value. ``PreparedRows`` does the same for a ``values_list`` query and returns every
-row (a new card's look for the pending cards it supersedes). The rows become objects exactly as Django's own ``ModelIterable`` makes them:
+key's value. The rows become objects exactly as Django's own ``ModelIterable`` makes them:
 the same converters, ``from_db`` and ``select_related`` populators, from the same compiler.
+``PreparedRows`` does the same for a ``values_list`` query and returns every row, through
+the same converters (a new card's look for the pending cards it supersedes).
+
 Only what varies is the key, so the query must not depend on anything else that changes
 between calls (the time, a setting): such a filter belongs after the load, in Python, or
 in a query of its own.
