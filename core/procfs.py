@@ -1,4 +1,4 @@
-"""Kernel process controls shared by the app's helper processes, standard library only.
+"""Kernel process controls and waits shared by the app's helper processes, standard library only.
 
 The ask-user stub (``mcp_server.stub``) imports this on the way to every ask-user run's
 first word, so nothing here is imported before it is used.
@@ -7,6 +7,7 @@ first word, so nothing here is imported before it is used.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 
@@ -44,3 +45,11 @@ def session_nice(autogroup: str | os.PathLike[str] = SELF_AUTOGROUP) -> int | No
         return int(fields[-1]) if fields else 0
     except ValueError:  # a format this code does not know: leave the session alone
         return None
+
+
+def readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` reads ready within ``timeout`` seconds: a pipe with data or at its
+    end, or a pidfd whose process has exited (poll: no limit on descriptor numbers)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, int(timeout * 1000))))

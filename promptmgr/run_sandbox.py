@@ -53,7 +53,6 @@ import contextlib
 import json
 import os
 import secrets
-import select
 import shlex
 import signal
 import socket
@@ -68,6 +67,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from django.conf import settings
+
+from core.procfs import readable
 
 from . import egress
 
@@ -405,7 +406,7 @@ def _end_first_process(handle: int) -> None:
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(handle, signal.SIGKILL)
         # A pidfd reads ready once its process has exited.
-        _readable(handle, STOP_TIMEOUT)
+        readable(handle, STOP_TIMEOUT)
     finally:
         os.close(handle)
 
@@ -499,19 +500,12 @@ def _kill(process: subprocess.Popen[bytes]) -> None:
         process.stderr.close()
 
 
-def _readable(fd: int, timeout: float) -> bool:
-    """Whether ``fd`` reads ready within ``timeout`` seconds (poll: no limit on fd numbers)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    return bool(poller.poll(max(0, int(timeout * 1000))))
-
-
 def _read_until(fd: int, done: Callable[[bytes], bool]) -> bytes:
     """What ``fd`` gives until ``done`` says it is enough, EOF, or ``START_TIMEOUT``."""
     deadline = time.monotonic() + START_TIMEOUT
     data = b""
     while not done(data) and (left := deadline - time.monotonic()) > 0:
-        if not _readable(fd, left):
+        if not readable(fd, left):
             break
         chunk = os.read(fd, 4096)
         if not chunk:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
 import signal
 import subprocess
 import tempfile
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from django.conf import settings
+
+from core.procfs import readable
 
 logger = logging.getLogger(__name__)
 
@@ -169,24 +170,19 @@ class _ExitWatch:
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self._proc = proc
-        self._poll: select.poll | None = None
         self._fd: int | None = None
-        try:
+        with contextlib.suppress(AttributeError, OSError):
             self._fd = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):
-            return
-        self._poll = select.poll()
-        self._poll.register(self._fd, select.POLLIN)
 
     def wait(self, seconds: float) -> bool:
         """Whether the child ended within ``seconds`` (it is not reaped here)."""
-        if self._poll is None:
-            try:
-                self._proc.wait(timeout=seconds)
-            except subprocess.TimeoutExpired:
-                return False
-            return True
-        return bool(self._poll.poll(seconds * 1000))
+        if self._fd is not None:
+            return readable(self._fd, seconds)
+        try:
+            self._proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
     def close(self) -> None:
         if self._fd is not None:
