@@ -108,14 +108,15 @@ async def question_cache_clear(run_id: int, question_id: str) -> None:
     await client.register_script(_CACHE_CLEAR_LUA)(keys=[question_cache_key(run_id)], args=[question_id])
 
 
-# A new question in one step (KEYS: the cache, the shown set, the run's events stream and
-# sequence; ARGV: the card's JSON, the TTL, the question's id, then event/data pairs to
-# append after the card): cached, marked shown, and its card appended, unless it was shown
-# already, in which case only what follows it is.
+# A question's card goes out once, whoever shows it (KEYS: the cache, the shown set, the
+# run's events stream and sequence; ARGV: the card's JSON, the TTL, the question's id,
+# whether to cache it ("1" or "0"), then event/data pairs to append after the card).
+# Cached if asked, marked shown, and its card appended unless it was shown already; what
+# follows it is appended either way.
 _QUESTION_SHOW_LUA = (
     events.APPEND_LUA_FUNCTION
     + """
-redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2]))
+if ARGV[4] == '1' then redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2])) end
 local added = redis.call('SADD', KEYS[2], ARGV[3])
 redis.call('EXPIRE', KEYS[2], tonumber(ARGV[2]))
 local batch = {}
@@ -123,7 +124,7 @@ if added == 1 then
   batch[1] = 'ask_user_question'
   batch[2] = ARGV[1]
 end
-for i = 4, #ARGV do batch[#batch + 1] = ARGV[i] end
+for i = 5, #ARGV do batch[#batch + 1] = ARGV[i] end
 if #batch > 0 then append_events(KEYS[3], KEYS[4], batch, 1) end
 return added
 """
@@ -131,13 +132,20 @@ return added
 
 
 async def question_show(
-    run_id: int, question: dict[str, Any], *, ttl: int, then: list[tuple[str, dict[str, Any]]]
+    run_id: int,
+    question: dict[str, Any],
+    *,
+    ttl: int,
+    then: list[tuple[str, dict[str, Any]]],
+    cache: bool = True,
 ) -> bool:
-    """Cache the run's new question, mark it shown and append its card (the
-    ``ask_user_question`` event) and then ``then`` to the run's stream, in one round trip.
+    """Mark the run's question shown and append its card (the ``ask_user_question`` event)
+    and then ``then`` to the run's stream, in one step; with ``cache``, remember it in the
+    question cache too (a new question's relay). The runner's safety net, which found it
+    in the cache, shows it with ``cache=False``.
 
     False when the question was marked shown already: then only ``then`` is appended, so
-    no card is pushed twice (see ``question_mark_shown``).
+    no card is pushed twice.
     """
     keys = [
         question_cache_key(run_id),
@@ -145,17 +153,14 @@ async def question_show(
         events.events_key(run_id),
         events.seq_key(run_id),
     ]
-    args = [encode_json(question), ttl, question["question_id"], *events.append_args(then)]
+    args = [
+        encode_json(question),
+        ttl,
+        question["question_id"],
+        "1" if cache else "0",
+        *events.append_args(then),
+    ]
     return bool(await get_async_redis().register_script(_QUESTION_SHOW_LUA)(keys=keys, args=args))
-
-
-async def question_mark_shown(run_id: int, question_id: str, *, ttl: int) -> bool:
-    """True the first time a question is marked shown: whoever wins pushes the card."""
-    pipe = get_async_redis().pipeline(transaction=True)
-    pipe.sadd(question_shown_key(run_id), question_id)
-    pipe.expire(question_shown_key(run_id), ttl)
-    added, _ = await pipe.execute()
-    return bool(added)
 
 
 async def questions_forget(run_id: int) -> None:
@@ -170,7 +175,7 @@ async def questions_forget(run_id: int) -> None:
 
 
 async def permission_pending_add(
-    run_id: int, request_id: str, *, ttl: int, then: list[tuple[str, dict[str, Any]]] | None = None
+    run_id: int, request_id: str, *, ttl: int, then: list[tuple[str, dict[str, Any]]]
 ) -> None:
     """Add a request to the run's pending set; ``then`` (its card, the run's status) are
     appended to the run's stream in the same round trip, after it."""

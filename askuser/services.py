@@ -169,8 +169,10 @@ async def _announce_superseded(run_id: int, question_id: str) -> None:
 async def question_push_if_unshown(*, run_id: int) -> bool:
     """Push the cached question to the event stream unless it was pushed already.
 
-    The relay endpoint calls it at once; the runner's 2-second read timeout calls it as
-    the safety net. Whoever marks the question shown first pushes it; nobody twice.
+    The runner's 2-second read timeout calls it: the design's check of the question
+    cache. A relay's question is cached and shown in one step (``live.question_show``),
+    so this finds it shown and pushes nothing; it is the safety net for a question cached
+    on its own. Whoever marks a question shown first pushes it; nobody twice.
     """
     cached = await live.question_cache_get(run_id)
     if cached is None:
@@ -179,10 +181,7 @@ async def question_push_if_unshown(*, run_id: int) -> bool:
         await question_expire(question_id=cached["question_id"])
         return False
     ttl = int(cached.get("timeout", settings.ASK_USER_DEFAULT_TIMEOUT)) + live.QUESTION_TTL_GRACE
-    if not await live.question_mark_shown(run_id, cached["question_id"], ttl=ttl):
-        return False
-    await events.append_event(run_id, "ask_user_question", cached)
-    return True
+    return await live.question_show(run_id, cached, ttl=ttl, then=[], cache=False)
 
 
 # --- Expiry and closing -----------------------------------------------------------------

@@ -57,12 +57,13 @@ async def test_showing_a_question_caches_it_and_appends_its_card_before_what_fol
         (2, "run_status", {"status": "waiting_for_user"}),
     ]
     # The runner's safety net finds it shown and pushes nothing.
-    assert await live.question_mark_shown(7, "q-1", ttl=60) is False
+    assert await live.question_show(7, question, ttl=60, then=[], cache=False) is False
+    assert len(await events.read_events(7, 0)) == 2
 
 
 async def test_a_question_shown_already_gets_no_second_card_but_what_follows_still_lands() -> None:
     question = {"question_id": "q-1", "questions": []}
-    assert await live.question_mark_shown(7, "q-1", ttl=60) is True
+    assert await get_async_redis().sadd(live.question_shown_key(7), "q-1") == 1  # shown already
 
     shown = await live.question_show(
         7, question, ttl=60, then=[("run_status", {"status": "waiting_for_user"})]
@@ -87,3 +88,15 @@ async def test_a_permission_requests_pending_mark_and_its_card_land_together() -
 
     assert await live.permissions_pending(7) is True
     assert stream(await events.read_events(7, 0)) == [(1, "permission_request", card)]
+
+
+async def test_the_safety_net_shows_a_question_cached_on_its_own_once_and_leaves_its_cache_alone() -> None:
+    question = {"question_id": "q-1", "questions": []}
+    await live.question_cache_put(7, question, ttl=30)
+
+    first = await live.question_show(7, question, ttl=60, then=[], cache=False)
+    second = await live.question_show(7, question, ttl=60, then=[], cache=False)
+
+    assert (first, second) == (True, False)
+    assert stream(await events.read_events(7, 0)) == [(1, "ask_user_question", question)]
+    assert await get_async_redis().ttl(live.question_cache_key(7)) <= 30  # not cached again
