@@ -28,7 +28,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core import events
-from core.after_response import after_response
+from core.after_response import after_response, give_way
 from core.errors import Conflict, Gone, Invalid, NotFound
 from core.prepared import PreparedGet
 from core.questions import FormAnswer, Handoff, questions_from_tool_input
@@ -451,6 +451,7 @@ async def permission_decide(
     )
 
     async def bookkeeping() -> None:
+        await give_way()
         await sync_to_async(_after_decision)(request)
         await live.permission_pending_remove(request.run_id, request_id)
 

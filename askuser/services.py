@@ -20,7 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import events
-from core.after_response import after_response
+from core.after_response import after_response, give_way
 from core.errors import Conflict, Gone, Invalid, NotFound
 from core.prepared import PreparedGet, PreparedRows
 from core.questions import AnswerIn, Card, CardSource, FormAnswer, Handoff, QuestionSpec
@@ -333,6 +333,7 @@ async def answer_submit(*, question_id: str, user: Any, body: AnswerIn) -> dict[
             ttl=remaining + live.QUESTION_TTL_GRACE,
             run_events=card_and_resume(question.run_id, "ask_user_answered", event),
         )
+        await give_way()
         await sync_to_async(resume_if_idle_locked)(question.run_id)
         await live.question_cache_clear(question.run_id, question_id)
 

@@ -6,8 +6,10 @@ and is never skipped."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -17,8 +19,9 @@ from django.test import AsyncClient
 
 from askuser import approvals, live
 from askuser.models import Question, QuestionStatus
+from core import after_response as after_response_module
 from core import events
-from core.after_response import after_response, serving
+from core.after_response import after_response, give_way, serving
 from promptmgr.models import Run, RunStatus
 from tests.helpers import (
     BASH_CALL,
@@ -90,6 +93,52 @@ async def test_deferred_work_still_runs_when_the_app_fails_and_one_failing_step_
 
     assert log == ["view returned", "response sent", "deferred step"]
     assert "this step failed" in caplog.text
+
+
+async def test_deferred_work_gives_way_to_what_the_wake_set_going_before_its_bookkeeping(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(after_response_module, "GIVE_WAY_SECONDS", 0.2)
+    log: list[str] = []
+    stamps: dict[str, float] = {}
+
+    async def app(scope: Message, receive: Any, send: Any) -> None:
+        async def handoff_then_bookkeeping() -> None:
+            stamps["woken"] = time.monotonic()
+            await give_way()
+            stamps["bookkeeping"] = time.monotonic()
+            log.append("bookkeeping")
+
+        async def woken_side() -> None:
+            # What the hand-off woke: it runs while the bookkeeping gives way.
+            await asyncio.sleep(0.05)
+            log.append("woken side's next step")
+
+        await after_response(handoff_then_bookkeeping)
+        asyncio.get_running_loop().create_task(woken_side())
+        await replying(log)(scope, receive, send)
+
+    await asgi_request(serving(app), http_scope("/"))
+
+    assert log == ["view returned", "response sent", "woken side's next step", "bookkeeping", "deferred step"]
+    assert stamps["bookkeeping"] - stamps["woken"] >= 0.2
+
+
+async def test_giving_way_outside_deferred_work_does_not_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Django's test clients and services called directly run the work at once, as before.
+    monkeypatch.setattr(after_response_module, "GIVE_WAY_SECONDS", 30.0)
+    log: list[str] = []
+
+    async def step() -> None:
+        await give_way()
+        log.append("bookkeeping")
+
+    async with asyncio.timeout(2):
+        await give_way()
+        await asgi_request(replying(log), http_scope("/"))
+        await after_response(step)
+
+    assert log == ["deferred step", "view returned", "response sent", "bookkeeping"]
 
 
 # --- Through the app's own ASGI entry point, as uvicorn serves it --------------------------
