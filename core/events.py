@@ -247,12 +247,6 @@ async def append_events(run_id: int, events: list[tuple[str, dict[str, Any]]]) -
 RunEvents = tuple[int, list[tuple[str, dict[str, Any]]]]
 
 
-def queue_append(pipe: Any, run_id: int, events: list[tuple[str, dict[str, Any]]]) -> None:
-    """Queue a batch's append in ``pipe`` (a redis-py asyncio pipeline), to land in one
-    transaction with what else it holds (``askuser.live.answer_push``)."""
-    pipe.eval(_APPEND_LUA, 2, events_key(run_id), seq_key(run_id), *append_args(events))
-
-
 def append_args(events: list[tuple[str, dict[str, Any]]]) -> list[str]:
     """The event/data pairs ``APPEND_LUA_FUNCTION`` takes."""
     return [part for event, data in events for part in (event, encode_json(data))]

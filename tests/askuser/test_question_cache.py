@@ -2,8 +2,9 @@
 only while it is still the answered one: a newer question cached meanwhile stays.
 
 A new question is cached, marked shown and its card appended in one step
-(``live.question_show``), and a permission request's card goes with its pending mark
-(``live.permission_pending_add``)."""
+(``live.question_show``), a permission request's card goes with its pending mark
+(``live.permission_pending_add``), and an answer's or decision's card update with its
+hand-off (``live.answer_push``)."""
 
 from __future__ import annotations
 
@@ -100,3 +101,26 @@ async def test_the_safety_net_shows_a_question_cached_on_its_own_once_and_leaves
     assert (first, second) == (True, False)
     assert stream(await events.read_events(7, 0)) == [(1, "ask_user_question", question)]
     assert await get_async_redis().ttl(live.question_cache_key(7)) <= 30  # not cached again
+
+
+async def test_a_permission_requests_pending_mark_takes_the_ttl_given_even_with_no_events() -> None:
+    await live.permission_pending_add(7, "r-1", ttl=45, then=[])
+
+    assert await live.permissions_pending(7) is True
+    assert 40 < await get_async_redis().ttl(live.pending_permissions_key(7)) <= 45
+    assert await events.read_events(7, 0) == []
+
+
+async def test_a_hand_off_lands_after_the_cards_events_and_replaces_one_not_yet_taken() -> None:
+    decided = [("permission_decided", {"request_id": "r-1"}), ("run_status", {"status": "running"})]
+
+    await live.answer_push("r-1", {"result": {"behavior": "deny"}}, ttl=60)
+    await live.answer_push("r-1", {"result": {"behavior": "allow"}}, ttl=45, run_events=(7, decided))
+
+    assert stream(await events.read_events(7, 0)) == [
+        (1, "permission_decided", {"request_id": "r-1"}),
+        (2, "run_status", {"status": "running"}),
+    ]
+    assert 40 < await get_async_redis().ttl(live.answer_key("r-1")) <= 45
+    assert await live.answer_pop("r-1", wait_seconds=0) == {"result": {"behavior": "allow"}}
+    assert await live.answer_pop("r-1", wait_seconds=0) is None
