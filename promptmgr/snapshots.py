@@ -220,13 +220,23 @@ def snapshot(
     ``seed`` starts from such a saved index instead of the work tree's own: a run's end
     snapshot then hashes only what changed since its start, untracked files included.
     """
+    return snapshot_commit(workdir, snapshot_tree(workdir, seed=seed, keep=keep), ref=ref, parent=parent)
+
+
+def snapshot_tree(workdir: Path, *, seed: Path | None = None, keep: Path | None = None) -> str:
+    """The work tree's current state as a tree (``snapshot``'s first half: ``seed`` and
+    ``keep`` as there); ``snapshot_commit`` makes it a snapshot."""
     start = seed if seed is not None and seed.is_file() else git_dir(workdir) / "index"
     try:
-        tree = _write_tree(workdir, start, keep)
+        return _write_tree(workdir, start, keep)
     except GitError:
         # An index we cannot reuse (a split or sparse index): hash everything afresh.
         logger.warning("snapshot of %s: the index could not be reused", workdir, exc_info=True)
-        tree = _write_tree(workdir, None, keep)
+        return _write_tree(workdir, None, keep)
+
+
+def snapshot_commit(workdir: Path, tree: str, *, ref: str | None = None, parent: str | None = None) -> str:
+    """``tree`` committed as a snapshot (``snapshot``'s second half); the commit id."""
     name, email = PM_IDENTITY
     identity = {
         "GIT_AUTHOR_NAME": name,
@@ -271,7 +281,8 @@ def _parse_raw_numstat(out: bytes) -> list[ChangedFile]:
 
 
 def changed_files(workdir: Path, old: str, new: str, paths: Sequence[str] = ()) -> list[ChangedFile]:
-    """The files that differ between two snapshots, with line counts (0/0 for binaries)."""
+    """The files that differ between two snapshots (or their trees), with line counts (0/0
+    for binaries)."""
     out = git(
         workdir,
         "diff-tree",

@@ -18,6 +18,7 @@ import asyncio
 import fcntl
 import logging
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -159,10 +160,15 @@ def compute_end(
     """Snapshot the end, list the changes, and (when asked) commit them on the branch."""
     index = run_index(run_id, workdir)
     try:
-        end = snapshots.snapshot(workdir, ref=end_ref(run_id), parent=start, seed=index)
+        tree = snapshots.snapshot_tree(workdir, seed=index)
     finally:
         index.unlink(missing_ok=True)
-    files = file_entries(snapshots.changed_files(workdir, start, end))
+    # The listing needs only the tree, so it runs beside the snapshot's commit and ref:
+    # one git process fewer on the way from Claude's last word to the run's end.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="changes") as beside:
+        listing = beside.submit(snapshots.changed_files, workdir, start, tree)
+        end = snapshots.snapshot_commit(workdir, tree, ref=end_ref(run_id), parent=start)
+        files = file_entries(listing.result())
     result = EndResult(end=end, files=files)
     if commit_as is not None and files:
         result.commit = snapshots.commit_files(
