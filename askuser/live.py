@@ -450,33 +450,22 @@ async def answer_taken(question_id: str) -> bool:
     return bool(await get_async_redis().exists(answer_taken_key(question_id)))
 
 
-# Hands an answer (or a wake-up) over: KEYS the answer list, the taken marker[, the run's
-# events stream and sequence]; ARGV the answer, the list's TTL[, the card's events,
-# appended first]. A retried push replaces what the list held rather than queueing twice.
-_PUSH_LUA = (
-    events.APPEND_LUA_FUNCTION
-    + """
+# The hand-off itself (KEYS: the answer list, the taken marker[, the run's events stream and
+# sequence]; ARGV: the answer, the list's TTL[, the card's events]): the card's events
+# first, so a page sees them before anything Claude does with the answer, then the answer in
+# place of whatever the list held, so a retried push never queues two.
+_HAND_OVER_LUA = """
 if #KEYS == 4 then append_events(KEYS[3], KEYS[4], ARGV, 3) end
 redis.call('DEL', KEYS[1])
 redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
 return 1
 """
-)
-
-# Replaces the answer waiting in the hand-off unless a waiting side already took one; with
-# a run's event keys (KEYS[3], KEYS[4]) and events (ARGV from 3), appends those first, in
-# the same step, so a page sees them before anything Claude does with the new answer.
+_PUSH_LUA = events.APPEND_LUA_FUNCTION + _HAND_OVER_LUA
+# The same hand-off, unless a waiting side already took an answer (then nothing, not even
+# the events, and 0).
 _REPLACE_UNLESS_TAKEN_LUA = (
-    events.APPEND_LUA_FUNCTION
-    + """
-if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-if #KEYS == 4 then append_events(KEYS[3], KEYS[4], ARGV, 3) end
-redis.call('DEL', KEYS[1])
-redis.call('RPUSH', KEYS[1], ARGV[1])
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
-return 1
-"""
+    events.APPEND_LUA_FUNCTION + "if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end\n" + _HAND_OVER_LUA
 )
 
 
