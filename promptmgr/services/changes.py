@@ -18,7 +18,6 @@ import asyncio
 import fcntl
 import logging
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -149,7 +148,16 @@ class EndResult:
     commit: str | None = None
 
 
-def compute_end(
+def _end_tree(run_id: int, workdir: Path) -> str:
+    """The work tree's state at the run's end as a tree, hashed from the start's index."""
+    index = run_index(run_id, workdir)
+    try:
+        return snapshots.snapshot_tree(workdir, seed=index)
+    finally:
+        index.unlink(missing_ok=True)
+
+
+async def compute_end(
     *,
     run_id: int,
     workdir: Path,
@@ -157,22 +165,24 @@ def compute_end(
     commit_as: tuple[str, str] | None = None,
     message: str = "",
 ) -> EndResult:
-    """Snapshot the end, list the changes, and (when asked) commit them on the branch."""
-    index = run_index(run_id, workdir)
-    try:
-        tree = snapshots.snapshot_tree(workdir, seed=index)
-    finally:
-        index.unlink(missing_ok=True)
+    """Snapshot the end, list the changes, and (when asked) commit them on the branch; the
+    git work in the loop's executor threads."""
+    tree = await asyncio.to_thread(_end_tree, run_id, workdir)
     # The listing needs only the tree, so it runs beside the snapshot's commit and ref:
     # one git process fewer on the way from Claude's last word to the run's end.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="changes") as beside:
-        listing = beside.submit(snapshots.changed_files, workdir, start, tree)
-        end = snapshots.snapshot_commit(workdir, tree, ref=end_ref(run_id), parent=start)
-        files = file_entries(listing.result())
-    result = EndResult(end=end, files=files)
-    if commit_as is not None and files:
-        result.commit = snapshots.commit_files(
-            workdir, source=end, paths=[f["path"] for f in files], author=commit_as, message=message
+    end, changed = await asyncio.gather(
+        asyncio.to_thread(snapshots.snapshot_commit, workdir, tree, ref=end_ref(run_id), parent=start),
+        asyncio.to_thread(snapshots.changed_files, workdir, start, tree),
+    )
+    result = EndResult(end=end, files=file_entries(changed))
+    if commit_as is not None and result.files:
+        result.commit = await asyncio.to_thread(
+            snapshots.commit_files,
+            workdir,
+            source=end,
+            paths=[f["path"] for f in result.files],
+            author=commit_as,
+            message=message,
         )
     return result
 
@@ -216,8 +226,7 @@ async def record_end(run_id: int) -> dict[str, Any] | None:
         run, commit_as = await sync_to_async(_load_for_end)(run_id)
         if not (run.start_snapshot and run.workdir):
             return None
-        result = await asyncio.to_thread(
-            compute_end,
+        result = await compute_end(
             run_id=run_id,
             workdir=Path(run.workdir),
             start=run.start_snapshot,
