@@ -50,10 +50,8 @@ _deferred: ContextVar[list[Work] | None] = ContextVar("after_response", default=
 # Set while a request's deferred work runs, so give_way() knows that nobody waits for it.
 _running_deferred: ContextVar[bool] = ContextVar("after_response_running", default=False)
 
-# Measured with bench/approval_latency.py (2 cores): decision -> tool running p50 17.7 /
-# 18.9 / 17.7 ms with the bookkeeping 40 ms later, 20.6 / 20.0 / 18.8 ms with it at once.
-# Above the ~15-20 ms from a wake to the tool's start; the run's row meanwhile still says
-# "waiting" (its pages heard "running" with the hand-off).
+# Above the 15-20 ms from a wake to the tool's start; the figures behind it are in the
+# design notes ("The bookkeeping gives way to the woken turn").
 GIVE_WAY_SECONDS = 0.05
 
 
