@@ -24,9 +24,9 @@ def persist_events(run_id: int, events: list[Event]) -> None:
     )
 
 
-async def all_events(run_id: int) -> list[Event]:
+async def all_events(run_id: int, *, after: int = 0) -> list[Event]:
+    """The run's events in Redis after the id ``after`` (all of them by default)."""
     events: list[Event] = []
-    after = 0
     while batch := await read_events(run_id, after, count=2000):
         events.extend(batch)
         after = batch[-1].id

@@ -140,6 +140,8 @@ class RunSupervisor:
         self.ask_tool_use_ids: set[str] = set()
         self.emitted: list[Event] = []
         self.changes: dict[str, Any] | None = None  # the `changes` event, once the run has ended
+        # What the turn printed, stored while its CLI exits and its changes are recorded.
+        self._output_stored: asyncio.Task[int] | None = None
         self.redactor = askuser.DeltaRedactor()
         # Messages people send while Claude works, into the turn's input (steering).
         self.inbox = RunInbox(run_id, self.emit)
@@ -252,6 +254,7 @@ class RunSupervisor:
             turn.terminate()
         await self._read_until_the_end(ctx)
         await self._emit_held_text()
+        self._store_output()
         code = await turn.stop()
         self.errors.extend(turn.errors)
         return self._outcome(code)
@@ -306,6 +309,33 @@ class RunSupervisor:
             self.request_stop(RunStatus.TIMED_OUT, MSG_MAX_DURATION.format(seconds=settings.RUN_MAX_DURATION))
         elif idle > settings.RUN_IDLE_TIMEOUT:
             self.request_stop(RunStatus.TIMED_OUT, MSG_IDLE.format(seconds=settings.RUN_IDLE_TIMEOUT))
+
+    def _store_output(self) -> None:
+        """Start storing the turn's output in the database: the events are final once it has
+        ended, and the end's waits (the CLI's exit, the sandbox's, the end snapshot's git)
+        leave the loop and the database free meanwhile, so ``done`` no longer waits for a
+        long run's whole history to be read back and written (``_stored_through``)."""
+        self._output_stored = asyncio.ensure_future(self._store_events_after(0))
+        # Its failure is handled where it is awaited; an end that never gets there (Redis
+        # lost mid-end) must not log it as never retrieved.
+        self._output_stored.add_done_callback(lambda task: task.cancelled() or task.exception())
+
+    async def _store_events_after(self, after: int) -> int:
+        """Keep the run's events after ``after`` in the database; the last id kept."""
+        history = await all_events(self.run_id, after=after)
+        if history:
+            await sync_to_async(persist_events)(self.run_id, history)
+        return history[-1].id if history else after
+
+    async def _stored_through(self) -> int:
+        """The id up to which ``_store_output`` stored the run's events; 0 when it did not run
+        or Redis failed it (everything is then read again)."""
+        if self._output_stored is None:
+            return 0
+        try:
+            return await self._output_stored
+        except redis.RedisError:
+            return 0
 
     async def _on_idle(self) -> bool:
         """The 2-second read timeout: refresh ownership, look for an unshown question.
@@ -441,12 +471,9 @@ class RunSupervisor:
         await self.inbox.close(status=outcome.status, error=outcome.error)
         # Persisted before "done", so a client that saw "done" finds the history stored;
         # only the "done" row itself follows a moment later.
-        history = await all_events(self.run_id)
-        await sync_to_async(persist_events)(self.run_id, history)
+        stored = await self._store_events_after(await self._stored_through())
         await self.emit("done", {"status": outcome.status})
-        await sync_to_async(persist_events)(
-            self.run_id, await events.read_events(self.run_id, history[-1].id)
-        )
+        await self._store_events_after(stored)
         await events.expire_stream(self.run_id, settings.EVENT_STREAM_TTL)
         await askuser.forget_questions(self.run_id)
         await live.clear_control(self.run_id)

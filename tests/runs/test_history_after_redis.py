@@ -52,3 +52,37 @@ def test_a_reader_that_saw_the_stream_in_redis_falls_back_when_it_expires(
 
     assert [e.event for e in batch] == [e.event for e in events if e.event != "text_delta"][: len(batch)]
     assert batch and batch[0].id == 1
+
+
+def test_the_turns_output_is_stored_while_the_runs_changes_are_recorded(
+    app_server: Any, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``done`` does not wait for a long run's whole history to be read back and written after
+    the end snapshot: the turn's output is stored beside it (the snapshot below waits, up to 5
+    s, to see the reply's row; before, nothing was stored until the snapshot had returned)."""
+    from asgiref.sync import sync_to_async
+
+    from promptmgr import runner
+    from promptmgr.models import RunEvent
+
+    seen_during_snapshot: list[bool] = []
+    record_end = runner.run_changes.record_end
+
+    async def snapshot_seeing_the_history(run_id: int) -> dict[str, Any] | None:
+        stored = sync_to_async(RunEvent.objects.filter(run_id=run_id, event="assistant_text").exists)
+        for _ in range(100):
+            if await stored():
+                break
+            await asyncio.sleep(0.05)
+        seen_during_snapshot.append(await stored())
+        return await record_end(run_id)
+
+    monkeypatch.setattr(runner.run_changes, "record_end", snapshot_seeing_the_history)
+    client, started, events = finished_run_without_its_stream(app_server, alice)
+
+    assert seen_during_snapshot == [True]
+    # Stored in two parts, yet every event once and the history exactly as streamed.
+    replayed = read_sse(client, started["events_url"])
+    kept = [(e.id, e.event, e.data) for e in events if e.event != "text_delta"]
+    assert [(e.id, e.event, e.data) for e in replayed] == kept
+    assert RunEvent.objects.filter(run_id=started["run_id"]).count() == len(kept)
