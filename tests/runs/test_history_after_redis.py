@@ -62,11 +62,11 @@ def test_the_turns_output_is_stored_while_the_runs_changes_are_recorded(
     s, to see the reply's row; before, nothing was stored until the snapshot had returned)."""
     from asgiref.sync import sync_to_async
 
-    from promptmgr import runner
     from promptmgr.models import RunEvent
+    from promptmgr.services import changes
 
     seen_during_snapshot: list[bool] = []
-    record_end = runner.run_changes.record_end
+    record_end = changes.record_end
 
     async def snapshot_seeing_the_history(run_id: int) -> dict[str, Any] | None:
         stored = sync_to_async(RunEvent.objects.filter(run_id=run_id, event="assistant_text").exists)
@@ -75,9 +75,11 @@ def test_the_turns_output_is_stored_while_the_runs_changes_are_recorded(
                 break
             await asyncio.sleep(0.05)
         seen_during_snapshot.append(await stored())
-        return await record_end(run_id)
+        recorded: dict[str, Any] | None = await record_end(run_id)
+        return recorded
 
-    monkeypatch.setattr(runner.run_changes, "record_end", snapshot_seeing_the_history)
+    # The runner calls it through the module (``run_changes.record_end``).
+    monkeypatch.setattr(changes, "record_end", snapshot_seeing_the_history)
     client, started, events = finished_run_without_its_stream(app_server, alice)
 
     assert seen_during_snapshot == [True]
