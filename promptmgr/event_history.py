@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from asgiref.sync import sync_to_async
+
 from core.events import Event, read_events
 
 from .models import RunEvent
@@ -31,3 +33,13 @@ async def all_events(run_id: int, *, after: int = 0) -> list[Event]:
         events.extend(batch)
         after = batch[-1].id
     return events
+
+
+async def store_events_after(run_id: int, after: int) -> int:
+    """Keep the run's events in Redis after the id ``after`` in the database; the last id
+    kept (``after`` when there was none). A history stored in parts must be split where no
+    text is mid-reply, as at a turn's end: ``for_storage`` judges each part alone."""
+    history = await all_events(run_id, after=after)
+    if history:
+        await sync_to_async(persist_events)(run_id, history)
+    return history[-1].id if history else after

@@ -37,7 +37,7 @@ from core.events import Event
 from . import live, markdown, run_control
 from .engines import cli as cli_engine
 from .engines.base import Garbage, Item, Turn, TurnRequest, TurnStarter
-from .event_history import all_events, persist_events
+from .event_history import persist_events, store_events_after
 from .models import Conversation, Engine, Project, Run, RunStatus
 from .processes import LineTimeout
 from .services import changes as run_changes
@@ -315,17 +315,10 @@ class RunSupervisor:
         ended, and the end's waits (the CLI's exit, the sandbox's, the end snapshot's git)
         leave the loop and the database free meanwhile, so ``done`` no longer waits for a
         long run's whole history to be read back and written (``_stored_through``)."""
-        self._output_stored = asyncio.ensure_future(self._store_events_after(0))
+        self._output_stored = asyncio.ensure_future(store_events_after(self.run_id, 0))
         # Its failure is handled where it is awaited; an end that never gets there (Redis
         # lost mid-end) must not log it as never retrieved.
         self._output_stored.add_done_callback(lambda task: task.cancelled() or task.exception())
-
-    async def _store_events_after(self, after: int) -> int:
-        """Keep the run's events after ``after`` in the database; the last id kept."""
-        history = await all_events(self.run_id, after=after)
-        if history:
-            await sync_to_async(persist_events)(self.run_id, history)
-        return history[-1].id if history else after
 
     async def _stored_through(self) -> int:
         """The id up to which ``_store_output`` stored the run's events; 0 when it did not run
@@ -471,9 +464,9 @@ class RunSupervisor:
         await self.inbox.close(status=outcome.status, error=outcome.error)
         # Persisted before "done", so a client that saw "done" finds the history stored;
         # only the "done" row itself follows a moment later.
-        stored = await self._store_events_after(await self._stored_through())
+        stored = await store_events_after(self.run_id, await self._stored_through())
         await self.emit("done", {"status": outcome.status})
-        await self._store_events_after(stored)
+        await store_events_after(self.run_id, stored)
         await events.expire_stream(self.run_id, settings.EVENT_STREAM_TTL)
         await askuser.forget_questions(self.run_id)
         await live.clear_control(self.run_id)
