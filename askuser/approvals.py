@@ -452,8 +452,7 @@ async def permission_decide(
     )
     # The waiting poll's reply usually lands with the push's: one turn of the loop lets it
     # leave before this request's own response, which the person can wait for and Claude
-    # cannot (approval_latency.py --tap-relay, decision stored -> poll reply leaves the app,
-    # 3.67 / 3.30 -> 3.43 / 2.91 ms p50; the decision's own round trip did not move).
+    # cannot (design notes, "The poll's reply before the person's").
     await asyncio.sleep(0)
 
     async def bookkeeping() -> None:
