@@ -5,6 +5,10 @@ afterwards is not turned away: the answer is recorded on the question (status ``
 and worded as a user message for Claude (``late_answer_record``); promptmgr then delivers
 it into the running turn or as the conversation's next prompt, and reports back how
 (``late_answer_delivered``), which the card shows.
+
+An answer given in time can still miss its turn: the turn ended (its CLI died, the run was
+cancelled) after the answer was recorded and before a waiting poll took it. When the run
+ends, such answers go the same way (``unread_answers_take``), worded for what happened.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from django.utils import timezone
 from core.errors import Conflict, Gone, Invalid
 from core.questions import AnswerIn, FormAnswer
 
-from . import services
+from . import live, services
 from .answers import AnswerError, normalize_answers
 from .models import LateDelivery, Question, QuestionStatus
 
@@ -29,6 +33,8 @@ MSG_ALREADY_ANSWERED_LATE = "This question already has a late answer."
 ONE = "Late answer to your question “{question}” (it timed out and you went on without it): {answer}"
 SEVERAL = "Late answers to your questions (they timed out and you went on without them):"
 NOTES = "Notes: {notes}"
+UNREAD_ONE = "Answer to your question “{question}” (your turn ended before you read it): {answer}"
+UNREAD_SEVERAL = "Answers to your questions (your turn ended before you read them):"
 
 
 @dataclass(frozen=True)
@@ -39,13 +45,14 @@ class LateAnswer:
     text: str  # what Claude reads
 
 
-def late_message(form: FormAnswer) -> str:
-    """The answer worded for Claude, who was told the question had timed out."""
+def late_message(form: FormAnswer, *, one: str = ONE, several: str = SEVERAL) -> str:
+    """The answer worded for Claude, who was told the question had timed out (or, with the
+    ``UNREAD_`` wordings, whose turn ended before it read the answer)."""
     if len(form.items) == 1:
         item = form.items[0]
-        text = ONE.format(question=item.question, answer=item.display)
+        text = one.format(question=item.question, answer=item.display)
     else:
-        text = "\n".join([SEVERAL, *(f"- “{item.question}”: {item.display}" for item in form.items)])
+        text = "\n".join([several, *(f"- “{item.question}”: {item.display}" for item in form.items)])
     return f"{text}\n{NOTES.format(notes=form.notes)}" if form.notes else text
 
 
@@ -122,3 +129,57 @@ async def late_answer_delivered(*, question_id: str, delivery: str, run_id: int)
     if delivery == LateDelivery.NEXT_PROMPT:
         fields["late_run_id"] = run_id
     await Question.objects.filter(question_id=question_id, status=QuestionStatus.LATE).aupdate(**fields)
+
+
+@dataclass(frozen=True)
+class UnreadAnswer:
+    """A person's answer the run's turn never read, worded for Claude (``unread_answers_take``)."""
+
+    question_id: str
+    user_id: int
+    username: str
+    text: str
+
+
+def _answered_in_run(run_id: int) -> list[Question]:
+    # A policy's answers stay where they are: nobody asked for them to go on.
+    return list(
+        Question.objects.filter(
+            run_id=run_id, status=QuestionStatus.ANSWERED, delivery_mismatch="", answered_by__isnull=False
+        )
+        .select_related("answered_by")
+        .order_by("answered_at")
+    )
+
+
+def _mark_unread(pk: int) -> bool:
+    return bool(
+        Question.objects.filter(pk=pk, status=QuestionStatus.ANSWERED).update(status=QuestionStatus.LATE)
+    )
+
+
+async def unread_answers_take(run_id: int) -> list[UnreadAnswer]:
+    """The run ended (its cards are closed, so no answer can join these): the answers people
+    gave that no waiting poll took, so Claude never read them. Each is taken from its
+    hand-off, so nothing else delivers it, and its question becomes ``late``: the caller
+    sends it on as a message and reports how (``late_answer_delivered``). An answer a poll
+    did take is left alone: Claude's side had it, whatever became of the turn after."""
+    unread = []
+    for question in await sync_to_async(_answered_in_run)(run_id):
+        form = FormAnswer(items=question.answer_items or [], notes=question.notes)
+        question_id = str(question.question_id)
+        if await live.answer_take_stored(question_id, form.handoff().model_dump()) is None:
+            continue
+        if not await sync_to_async(_mark_unread)(question.pk):
+            continue
+        user = question.answered_by
+        assert user is not None  # only people's answers are taken (_answered_in_run)
+        unread.append(
+            UnreadAnswer(
+                question_id=question_id,
+                user_id=user.pk,
+                username=user.get_username(),
+                text=late_message(form, one=UNREAD_ONE, several=UNREAD_SEVERAL),
+            )
+        )
+    return unread

@@ -6,7 +6,9 @@ supervisor wherever it runs. ``RunInbox`` writes each message into the turn's st
 input (``engines.inbox``) and, once the CLI took it in, says how: into the running turn, or
 as the start of its next turn (``user_message_delivered``). When the run ends, whatever the
 turn never took in goes on as the conversation's next prompt (``services.messages``), or,
-after a cancel, is reported as not delivered.
+after a cancel, is reported as not delivered. So do answers to its questions that the turn
+never read (``askuser.unread_answers_take``): the CLI died, or the run was cancelled, after
+the person answered and before the waiting tool took the answer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -29,6 +32,7 @@ logger = logging.getLogger(__name__)
 Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 MSG_NOT_DELIVERED_CANCELLED = "The run was cancelled before Claude read this message."
+MSG_ANSWER_NOT_DELIVERED_CANCELLED = "The run was cancelled before Claude read this answer."
 MSG_NOT_DELIVERED_FAILED = "Claude never read this message, and it could not start the next prompt: {error}"
 
 
@@ -61,6 +65,14 @@ def delivered_event(message: InboxMessage, delivery: str, run_id: int, **extra: 
         "question_id": message.question_id or None,
         **extra,
     }
+
+
+def undelivered_event(message: InboxMessage, detail: str) -> dict[str, Any]:
+    """The ``user_message_undelivered`` event's data (the card's question, for an answer)."""
+    event: dict[str, Any] = {"message_id": message.message_id, "detail": detail}
+    if message.question_id:
+        event["question_id"] = message.question_id
+    return event
 
 
 class RunInbox:
@@ -128,7 +140,19 @@ class RunInbox:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump
         await self.report_deliveries()
-        unread = list(self._held)
+        # Answers first: they answer what Claude last asked.
+        unread = [
+            InboxMessage(
+                message_id=str(uuid.uuid4()),
+                text=answer.text,
+                user_id=answer.user_id,
+                username=answer.username,
+                kind="late_answer",
+                question_id=answer.question_id,
+            )
+            for answer in await askuser.unread_answers_take(self.run_id)
+        ]
+        unread += self._held
         if self._turn is not None:
             unread += [self._written[m] for m in self._turn.unstarted_messages() if m in self._written]
         unread += [InboxMessage.from_wire(raw) for raw in await live.inbox_seal(self.run_id)]
@@ -136,10 +160,10 @@ class RunInbox:
             return
         if status == RunStatus.CANCELLED:
             for message in unread:
-                await self._emit(
-                    "user_message_undelivered",
-                    {"message_id": message.message_id, "detail": MSG_NOT_DELIVERED_CANCELLED},
+                detail = (
+                    MSG_ANSWER_NOT_DELIVERED_CANCELLED if message.question_id else MSG_NOT_DELIVERED_CANCELLED
                 )
+                await self._emit("user_message_undelivered", undelivered_event(message, detail))
             return
         # Imported here: the runs service starts runs through the runner, which imports this.
         from .services import messages
@@ -150,9 +174,7 @@ class RunInbox:
             logger.warning("run %s: its unread messages could not start the next prompt", self.run_id)
             detail = MSG_NOT_DELIVERED_FAILED.format(error=getattr(exc, "detail", None) or exc)
             for message in unread:
-                await self._emit(
-                    "user_message_undelivered", {"message_id": message.message_id, "detail": detail}
-                )
+                await self._emit("user_message_undelivered", undelivered_event(message, detail))
             return
         for message in unread:
             await self._emit("user_message_delivered", delivered_event(message, **started))

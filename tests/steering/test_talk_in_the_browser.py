@@ -1,5 +1,5 @@
 """Talking to Claude while it works, in a real browser: a message sent while Claude streams,
-and a late answer to a question that timed out."""
+a late answer to a question that timed out, and an answer whose turn ended unread."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from askuser.models import Question
+from promptmgr.models import Run
 from tests.engines.support import mcp_ask_user, sdk_question
-from tests.helpers import make_project, script
+from tests.helpers import QUOTE, make_project, script
 from tests.pages.chat import PROMPT, OpenChat, last_reply, send_prompt
+from tests.steering.test_unread_answers_e2e import HeldEnd, kill_the_cli
 
 pytestmark = [
     pytest.mark.browser,
@@ -82,3 +84,30 @@ def test_a_question_that_timed_out_takes_a_late_answer_which_reaches_claude(
         "Late answer: Reached Claude in the running turn"
     )
     expect(page.locator(".msg-steer .msg-who")).to_have_text("You (late answer)", timeout=SLOW)
+
+
+def test_an_answer_whose_turn_died_unread_says_so_and_goes_on_as_the_next_prompt(
+    open_chat: OpenChat, page: Any, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    end = HeldEnd(monkeypatch)
+    project = make_project(owner=alice, ask_user_timeout=120)
+    open_chat(project)
+    send_prompt(page, script(mcp_ask_user(sdk_question("Which colour?", "Colour", ["Red", "Blue"])), QUOTE))
+    card = page.locator(".qcard").first
+    expect(card.locator(".qcard-question")).to_have_text("Which colour?", timeout=SLOW)
+
+    kill_the_cli(Run.objects.latest("pk").pk)
+    end.wait()
+    card.locator(".qcard-option", has_text="Blue").click()
+    card.get_by_role("button", name="Send answer").click()
+    expect(card.locator(".qcard-status")).to_have_text("Answer sent, waiting for Claude…", timeout=SLOW)
+    end.release.set()
+
+    expect(card.locator(".qcard-status")).to_have_text(
+        "Claude's turn ended before it read this answer. Sent as the conversation's next prompt.",
+        timeout=SLOW,
+    )
+    # The page follows the run the answer started (the offline model asks on such a prompt).
+    expect(page.locator(".qcard").nth(1).locator(".qcard-question")).to_have_text(
+        "Which approach should I take for this demo task?", timeout=SLOW
+    )

@@ -34,7 +34,12 @@ export function offerLateAnswer(card, { submitLate, onNextPrompt }) {
   });
 }
 
-/** user_message_delivered for a late answer: how it reached Claude. */
+/**
+ * user_message_delivered for a late answer: how it reached Claude. On a card answered in
+ * time, it is an answer the turn ended before reading, sent on the same way.
+ */
 export function lateDelivered(card, data) {
-  card.showStatus(`Late answer: ${DELIVERY_TEXT[data.delivery] || "delivered"}`, false);
+  const how = DELIVERY_TEXT[data.delivery] || "delivered";
+  const text = card.state === "answered" ? `Claude's turn ended before it read this answer. ${how}.` : `Late answer: ${how}`;
+  card.showStatus(text, false);
 }

@@ -49,6 +49,8 @@ export class Talk {
       case "user_message_undelivered":
         this.bubbles(run).delivered(data);
         if (card && data.delivery) lateDelivered(card, data);
+        // An answer the run's turn never read (the run was cancelled before it could).
+        else if (card && data.detail) card.showStatus(data.detail, false);
         if (data.delivery === "next_prompt" && data.run_id) this.view.followRun(data.run_id, data.events_url);
         break;
       default:

@@ -1,0 +1,163 @@
+"""An answer given in time whose turn ended before Claude read it is not lost.
+
+The person answers a card while the run is ending (its CLI died, or the run was
+cancelled) and before the waiting tool took the answer: the answer is accepted, since the
+card is still open, and the turn never reads it. When the run ends, the answer goes on as
+the conversation's next prompt, as a late answer does, or, after a cancel, the card says
+Claude never read it. The real CLI asks through the real MCP server; the test holds the
+run's end (its end snapshot) until the answer is in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from askuser.models import LateDelivery, Question, QuestionStatus
+from promptmgr.models import Run
+from tests.conftest import LiveServer
+from tests.engines.support import mcp_ask_user, sdk_question
+from tests.helpers import (
+    QUOTE,
+    SSEEvent,
+    login_client,
+    make_project,
+    next_question,
+    processes_in,
+    read_sse,
+    run_workdir,
+    script,
+    start_run,
+    submit_answer,
+)
+
+pytestmark = pytest.mark.e2e
+
+UNREAD_TEXT = "Answer to your question “{question}” (your turn ended before you read it): {answer}"
+
+
+class HeldEnd:
+    """The run's end waits, in its end snapshot, until the test lets it go."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from promptmgr.services import changes
+
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        record_end = changes.record_end
+
+        async def held(run_id: int) -> dict[str, Any] | None:
+            self.reached.set()
+            for _ in range(600):
+                if self.release.is_set():
+                    break
+                await asyncio.sleep(0.05)
+            recorded: dict[str, Any] | None = await record_end(run_id)
+            return recorded
+
+        # The runner calls it through the module (``run_changes.record_end``).
+        monkeypatch.setattr(changes, "record_end", held)
+
+    def wait(self) -> None:
+        assert self.reached.wait(30), "the run never reached its end"
+
+
+def kill_the_cli(run_id: int) -> None:
+    # The CLI's guardian leads the run's process group; the ask-user server forked from the
+    # warm server leads a session of its own in the workspace too, and is not the CLI.
+    [cli_pid] = [
+        p
+        for p in processes_in(run_workdir(run_id))
+        if os.getpgid(p) == p and b"mcp_server.warm" not in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
+    os.kill(cli_pid, signal.SIGKILL)
+
+
+def of(events: list[SSEEvent], name: str) -> list[dict[str, Any]]:
+    return [e.data for e in events if e.event == name]
+
+
+def asked(client: httpx.Client, project: Any) -> tuple[dict[str, Any], str]:
+    """A run whose Claude asks one question; the run and the question's id once its card shows."""
+    steps = (mcp_ask_user(sdk_question("Which colour?", "Colour", ["Red", "Blue"])), QUOTE)
+    started = start_run(client, project.pk, script(*steps))
+    return started, next_question(client, started["events_url"]).data["question_id"]
+
+
+def test_an_answer_the_dead_turn_never_read_is_the_conversations_next_prompt(
+    app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch, scripted_model_url: str
+) -> None:
+    end = HeldEnd(monkeypatch)
+    project = make_project(owner=alice, ask_user_timeout=120)
+    client = login_client(app_server, "alice", "alice-password")
+    started, question_id = asked(client, project)
+
+    kill_the_cli(started["run_id"])
+    end.wait()
+    # The card is still open: the answer is taken, and nothing waits for it any more.
+    response = submit_answer(client, question_id, answer="", selectedOptions=[1])
+    assert response.status_code == 200, response.text
+    end.release.set()
+
+    events = read_sse(client, started["events_url"])
+    assert events[-1].data == {"status": "failed"}
+    [delivered] = of(events, "user_message_delivered")
+    assert (delivered["delivery"], delivered["question_id"], delivered["kind"]) == (
+        "next_prompt",
+        question_id,
+        "late_answer",
+    )
+    assert delivered["run_id"] != started["run_id"]
+    following = read_sse(client, delivered["events_url"], until=lambda e: e.event == "ask_user_question")
+    [prompt] = of(following, "prompt")
+    unread_text = UNREAD_TEXT.format(question="Which colour?", answer="Blue")
+    assert prompt["text"] == unread_text
+    assert prompt["conversation_id"] == started["conversation_id"]
+    # Claude read it: the model was sent it, and (the offline model asks on a prompt that
+    # mentions a question) the next turn goes on as usual.
+    requests = httpx.get(f"{scripted_model_url}/_scripted/requests").json()
+    assert any(unread_text in str(request["messages"]) for request in requests)
+    again = submit_answer(client, following[-1].data["question_id"], answer="Keep it simple")
+    assert again.status_code == 200, again.text
+    assert read_sse(client, delivered["events_url"])[-1].data == {"status": "completed"}
+    question = Question.objects.get(question_id=question_id)
+    assert (question.status, question.late_delivery, question.late_run_id, question.answered_by) == (
+        QuestionStatus.LATE,
+        LateDelivery.NEXT_PROMPT,
+        delivered["run_id"],
+        alice,
+    )
+
+
+def test_an_answer_a_cancelled_turn_never_read_is_reported_on_its_card(
+    app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    end = HeldEnd(monkeypatch)
+    project = make_project(owner=alice, ask_user_timeout=120)
+    client = login_client(app_server, "alice", "alice-password")
+    started, question_id = asked(client, project)
+
+    assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
+    end.wait()
+    response = submit_answer(client, question_id, answer="Red")
+    assert response.status_code == 200, response.text
+    end.release.set()
+
+    events = read_sse(client, started["events_url"])
+    assert events[-1].data == {"status": "cancelled"}
+    assert of(events, "user_message_delivered") == []
+    [undelivered] = of(events, "user_message_undelivered")
+    assert undelivered["question_id"] == question_id
+    assert undelivered["detail"] == "The run was cancelled before Claude read this answer."
+    # Nothing started after a cancel, and the answer stays where it was given.
+    assert list(Run.objects.filter(conversation__project=project).values_list("pk", flat=True)) == [
+        started["run_id"]
+    ]
+    assert Question.objects.get(question_id=question_id).status == QuestionStatus.LATE
