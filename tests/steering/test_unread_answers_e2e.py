@@ -23,7 +23,7 @@ import pytest
 from askuser.models import LateDelivery, Question, QuestionStatus
 from promptmgr.models import Run
 from tests.conftest import LiveServer
-from tests.engines.support import mcp_ask_user, sdk_question
+from tests.engines.support import ask_user_question, mcp_ask_user, sdk_question
 from tests.helpers import (
     QUOTE,
     SSEEvent,
@@ -85,8 +85,10 @@ def of(events: list[SSEEvent], name: str) -> list[dict[str, Any]]:
 
 
 def asked(client: httpx.Client, project: Any) -> tuple[dict[str, Any], str]:
-    """A run whose Claude asks one question; the run and the question's id once its card shows."""
-    steps = (mcp_ask_user(sdk_question("Which colour?", "Colour", ["Red", "Blue"])), QUOTE)
+    """A run whose Claude asks one question (the project's engine's way); the run and the
+    question's id once its card shows."""
+    spec = sdk_question("Which colour?", "Colour", ["Red", "Blue"])
+    steps = (mcp_ask_user(spec) if project.engine == "cli" else ask_user_question(spec), QUOTE)
     started = start_run(client, project.pk, script(*steps))
     return started, next_question(client, started["events_url"]).data["question_id"]
 
@@ -161,3 +163,26 @@ def test_an_answer_a_cancelled_turn_never_read_is_reported_on_its_card(
         started["run_id"]
     ]
     assert Question.objects.get(question_id=question_id).status == QuestionStatus.LATE
+
+
+def test_the_sdk_engine_closes_the_card_of_a_dead_turn_before_anyone_can_answer_it(
+    app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK engine waits for the answer inside the run, and that wait ends with the turn,
+    cancelling the question: the person is told at once, so no answer is taken unread."""
+    end = HeldEnd(monkeypatch)
+    project = make_project(owner=alice, ask_user_timeout=120, engine="sdk")
+    client = login_client(app_server, "alice", "alice-password")
+    started, question_id = asked(client, project)
+
+    kill_the_cli(started["run_id"])
+    end.wait()
+    response = submit_answer(client, question_id, answer="Red")
+    end.release.set()
+
+    assert response.status_code == 410, response.text
+    assert response.json()["code"] == "cancelled"
+    events = read_sse(client, started["events_url"])
+    assert events[-1].data == {"status": "failed"}
+    assert of(events, "user_message_delivered") == of(events, "user_message_undelivered") == []
+    assert Question.objects.get(question_id=question_id).status == QuestionStatus.CANCELLED
