@@ -31,9 +31,9 @@ logger = logging.getLogger(__name__)
 
 Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
 
-MSG_NOT_DELIVERED_CANCELLED = "The run was cancelled before Claude read this message."
-MSG_ANSWER_NOT_DELIVERED_CANCELLED = "The run was cancelled before Claude read this answer."
-MSG_NOT_DELIVERED_FAILED = "Claude never read this message, and it could not start the next prompt: {error}"
+# "{what}": "message", or "answer" for an answer to one of the run's questions.
+MSG_NOT_DELIVERED_CANCELLED = "The run was cancelled before Claude read this {what}."
+MSG_NOT_DELIVERED_FAILED = "Claude never read this {what}, and it could not start the next prompt: {error}"
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,11 @@ def delivered_event(message: InboxMessage, delivery: str, run_id: int, **extra: 
     }
 
 
-def undelivered_event(message: InboxMessage, detail: str) -> dict[str, Any]:
-    """The ``user_message_undelivered`` event's data (the card's question, for an answer)."""
-    event: dict[str, Any] = {"message_id": message.message_id, "detail": detail}
+def undelivered_event(message: InboxMessage, wording: str, **fields: str) -> dict[str, Any]:
+    """The ``user_message_undelivered`` event's data: one of the ``MSG_NOT_DELIVERED`` wordings
+    filled in with ``fields`` (and the card's question, for an answer)."""
+    what = "answer" if message.question_id else "message"
+    event: dict[str, Any] = {"message_id": message.message_id, "detail": wording.format(what=what, **fields)}
     if message.question_id:
         event["question_id"] = message.question_id
     return event
@@ -160,10 +162,9 @@ class RunInbox:
             return
         if status == RunStatus.CANCELLED:
             for message in unread:
-                detail = (
-                    MSG_ANSWER_NOT_DELIVERED_CANCELLED if message.question_id else MSG_NOT_DELIVERED_CANCELLED
+                await self._emit(
+                    "user_message_undelivered", undelivered_event(message, MSG_NOT_DELIVERED_CANCELLED)
                 )
-                await self._emit("user_message_undelivered", undelivered_event(message, detail))
             return
         # Imported here: the runs service starts runs through the runner, which imports this.
         from .services import messages
@@ -172,9 +173,12 @@ class RunInbox:
             started = await messages.next_prompt_start(run_id=self.run_id, messages=unread)
         except Exception as exc:
             logger.warning("run %s: its unread messages could not start the next prompt", self.run_id)
-            detail = MSG_NOT_DELIVERED_FAILED.format(error=getattr(exc, "detail", None) or exc)
+            error = str(getattr(exc, "detail", None) or exc)
             for message in unread:
-                await self._emit("user_message_undelivered", undelivered_event(message, detail))
+                await self._emit(
+                    "user_message_undelivered",
+                    undelivered_event(message, MSG_NOT_DELIVERED_FAILED, error=error),
+                )
             return
         for message in unread:
             await self._emit("user_message_delivered", delivered_event(message, **started))

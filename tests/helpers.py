@@ -371,6 +371,21 @@ def processes_in(directory: Path) -> list[int]:
     return found
 
 
+def kill_the_cli(run_id: int) -> None:
+    """SIGKILL the run's CLI, as a crash would."""
+    import os
+    import signal
+
+    # The CLI's guardian leads the run's process group; the ask-user server forked from the
+    # warm server leads a session of its own in the workspace too, and is not the CLI.
+    [cli_pid] = [
+        p
+        for p in processes_in(run_workdir(run_id))
+        if os.getpgid(p) == p and b"mcp_server.warm" not in Path(f"/proc/{p}/cmdline").read_bytes()
+    ]
+    os.kill(cli_pid, signal.SIGKILL)
+
+
 def live_parents() -> dict[int, int]:
     """Every live process (a zombie has finished) with its parent's pid."""
     from promptmgr.processes import live_processes

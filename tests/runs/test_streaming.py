@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
 from pathlib import Path
@@ -17,6 +15,7 @@ from tests.helpers import (
     SLOW_TEXT,
     WAIT_RULE,
     allow_in_workspace,
+    kill_the_cli,
     login_client,
     make_project,
     processes_in,
@@ -97,14 +96,7 @@ def test_a_cli_that_dies_gives_a_clear_error_and_a_failed_run(app_server: Any, a
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script(SLOW_TEXT))
     read_sse(client, started["events_url"], until=lambda e: e.event == "text_delta")
-    # The CLI's guardian leads the run's process group; the ask-user server forked from the
-    # warm server leads a session of its own in the workspace too, and is not the CLI.
-    [cli_pid] = [
-        p
-        for p in processes_in(run_workdir(started["run_id"]))
-        if os.getpgid(p) == p and b"mcp_server.warm" not in Path(f"/proc/{p}/cmdline").read_bytes()
-    ]
-    os.kill(cli_pid, signal.SIGKILL)
+    kill_the_cli(started["run_id"])
 
     events = read_sse(client, started["events_url"])
     errors = [e.data["message"] for e in events if e.event == "error"]

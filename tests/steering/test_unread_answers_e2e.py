@@ -11,10 +11,7 @@ run's end (its end snapshot) until the answer is in.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import threading
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -27,12 +24,11 @@ from tests.engines.support import ask_user_question, mcp_ask_user, sdk_question
 from tests.helpers import (
     QUOTE,
     SSEEvent,
+    kill_the_cli,
     login_client,
     make_project,
     next_question,
-    processes_in,
     read_sse,
-    run_workdir,
     script,
     start_run,
     submit_answer,
@@ -67,17 +63,6 @@ class HeldEnd:
 
     def wait(self) -> None:
         assert self.reached.wait(30), "the run never reached its end"
-
-
-def kill_the_cli(run_id: int) -> None:
-    # The CLI's guardian leads the run's process group; the ask-user server forked from the
-    # warm server leads a session of its own in the workspace too, and is not the CLI.
-    [cli_pid] = [
-        p
-        for p in processes_in(run_workdir(run_id))
-        if os.getpgid(p) == p and b"mcp_server.warm" not in Path(f"/proc/{p}/cmdline").read_bytes()
-    ]
-    os.kill(cli_pid, signal.SIGKILL)
 
 
 def of(events: list[SSEEvent], name: str) -> list[dict[str, Any]]:
