@@ -32,7 +32,7 @@ from core import events
 from core.after_response import after_response, give_way
 from core.errors import Conflict, Gone, Invalid, NotFound
 from core.prepared import PreparedGet
-from core.questions import FormAnswer, Handoff, questions_from_tool_input
+from core.questions import Handoff, questions_from_tool_input
 from core.tool_names import ASK_USER_QUESTION, FILE_EDIT_TOOLS
 from mcp_server.answers import CANCELLED, SUPERSEDED, TIMED_OUT
 from promptmgr.models import (
@@ -277,7 +277,7 @@ def _stored_answer(question: Question) -> Handoff | None:
     """The answer the database keeps, as the waiting side received it."""
     if not question.answer_items:
         return None
-    return FormAnswer(items=question.answer_items, notes=question.notes).handoff()
+    return question.answer_form().handoff()
 
 
 def _question_result(question: Question, poll: services.PollResult) -> dict[str, Any] | None:

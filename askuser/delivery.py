@@ -15,7 +15,6 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from core import events
-from core.questions import FormAnswer
 from core.tool_names import ASK_USER_QUESTION, MCP_ASK_USER
 from mcp_server.answers import format_answer
 
@@ -33,7 +32,7 @@ EMPTY_RESULT = "(the tool result was empty)"
 
 def mcp_answer_text(question: Question) -> str:
     """The text the MCP server returns to Claude for this answered question."""
-    form = FormAnswer(items=question.answer_items or [], notes=question.notes)
+    form = question.answer_form()
     return format_answer(form.handoff())
 
 

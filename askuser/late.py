@@ -166,7 +166,7 @@ async def unread_answers_take(run_id: int) -> list[UnreadAnswer]:
     did take is left alone: Claude's side had it, whatever became of the turn after."""
     unread = []
     for question in await sync_to_async(_answered_in_run)(run_id):
-        form = FormAnswer(items=question.answer_items or [], notes=question.notes)
+        form = question.answer_form()
         question_id = str(question.question_id)
         if await live.answer_take_stored(question_id, form.handoff().model_dump()) is None:
             continue

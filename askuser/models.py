@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import models
 
 from core.prepared import PreparedGet
+from core.questions import FormAnswer
 from core.storable import StorableJSONField
 from promptmgr.models import Run
 
@@ -113,6 +114,10 @@ class Question(models.Model):
     def __str__(self) -> str:
         first = (self.questions or [{}])[0].get("question", "")
         return f"{first[:60]} ({self.status})"
+
+    def answer_form(self) -> FormAnswer:
+        """The answer as stored (``answer_items`` and ``notes``), as a validated form was."""
+        return FormAnswer(items=self.answer_items or [], notes=self.notes)
 
 
 class PermissionStatus(models.TextChoices):

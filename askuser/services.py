@@ -393,7 +393,7 @@ async def _answer_from_database(question: Question) -> PollResult:
     """Deliver an answer whose hand-off was lost (``_handoff_lost``) from the database, once,
     and finish what its submit did not: the card's update, the run's resume, the cache."""
     question_id = str(question.question_id)
-    handoff = FormAnswer(items=question.answer_items or [], notes=question.notes).handoff()
+    handoff = question.answer_form().handoff()
     event = await sync_to_async(_answered_event)(question)
     taken = await live.answer_take_stored(
         question_id,
