@@ -21,7 +21,7 @@ from .approvals import (
     request_withdraw,
 )
 from .delivery import ASK_TOOL_NAMES, MCP_ASK_TOOL, SDK_ASK_TOOL, question_result_seen
-from .late import LateAnswer, UnreadAnswer, late_answer_delivered, late_answer_record, unread_answers_take
+from .late import LateAnswer, late_answer_delivered, late_answer_record, unread_answers_take
 from .models import Question, QuestionSource, QuestionStatus
 from .policy import stop_all as policy_stop_all
 from .runtime import (
@@ -53,7 +53,6 @@ __all__ = [
     "LateAnswer",
     "late_answer_delivered",
     "late_answer_record",
-    "UnreadAnswer",
     "unread_answers_take",
     "policy_stop_all",
     "permission_request_create",

@@ -39,10 +39,14 @@ UNREAD_SEVERAL = "Answers to your questions (your turn ended before you read the
 
 @dataclass(frozen=True)
 class LateAnswer:
+    """An answer on its way to Claude as a message: to an expired question
+    (``late_answer_record``), or one the run's turn never read (``unread_answers_take``)."""
+
     question_id: str
     run_id: int
     answers: dict[str, str]
     text: str  # what Claude reads
+    user: Any  # who answered: the message's author
 
 
 def late_message(form: FormAnswer, *, one: str = ONE, several: str = SEVERAL) -> str:
@@ -120,6 +124,7 @@ async def late_answer_record(*, question_id: str, user: Any, body: AnswerIn) -> 
         run_id=question.run_id,
         answers=form.display,
         text=late_message(form),
+        user=user,
     )
 
 
@@ -129,16 +134,6 @@ async def late_answer_delivered(*, question_id: str, delivery: str, run_id: int)
     if delivery == LateDelivery.NEXT_PROMPT:
         fields["late_run_id"] = run_id
     await Question.objects.filter(question_id=question_id, status=QuestionStatus.LATE).aupdate(**fields)
-
-
-@dataclass(frozen=True)
-class UnreadAnswer:
-    """A person's answer the run's turn never read, worded for Claude (``unread_answers_take``)."""
-
-    question_id: str
-    user_id: int
-    username: str
-    text: str
 
 
 def _answered_in_run(run_id: int) -> list[Question]:
@@ -158,7 +153,7 @@ def _mark_unread(pk: int) -> bool:
     )
 
 
-async def unread_answers_take(run_id: int) -> list[UnreadAnswer]:
+async def unread_answers_take(run_id: int) -> list[LateAnswer]:
     """The run ended (its cards are closed, so no answer can join these): the answers people
     gave that no waiting poll took, so Claude never read them. Each is taken from its
     hand-off, so nothing else delivers it, and its question becomes ``late``: the caller
@@ -172,14 +167,13 @@ async def unread_answers_take(run_id: int) -> list[UnreadAnswer]:
             continue
         if not await sync_to_async(_mark_unread)(question.pk):
             continue
-        user = question.answered_by
-        assert user is not None  # only people's answers are taken (_answered_in_run)
         unread.append(
-            UnreadAnswer(
+            LateAnswer(
                 question_id=question_id,
-                user_id=user.pk,
-                username=user.get_username(),
+                run_id=run_id,
+                answers=form.display,
                 text=late_message(form, one=UNREAD_ONE, several=UNREAD_SEVERAL),
+                user=question.answered_by,
             )
         )
     return unread

@@ -47,6 +47,18 @@ class InboxMessage:
     kind: str = "message"  # "message" | "late_answer"
     question_id: str = ""
 
+    @classmethod
+    def late_answer(cls, late: askuser.LateAnswer) -> InboxMessage:
+        """An answer on its way as a message: its author is who answered."""
+        return cls(
+            message_id=str(uuid.uuid4()),
+            text=late.text,
+            user_id=late.user.pk,
+            username=late.user.get_username(),
+            kind="late_answer",
+            question_id=late.question_id,
+        )
+
     def wire(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -143,17 +155,7 @@ class RunInbox:
                 await self._pump
         await self.report_deliveries()
         # Answers first: they answer what Claude last asked.
-        unread = [
-            InboxMessage(
-                message_id=str(uuid.uuid4()),
-                text=answer.text,
-                user_id=answer.user_id,
-                username=answer.username,
-                kind="late_answer",
-                question_id=answer.question_id,
-            )
-            for answer in await askuser.unread_answers_take(self.run_id)
-        ]
+        unread = [InboxMessage.late_answer(a) for a in await askuser.unread_answers_take(self.run_id)]
         unread += self._held
         if self._turn is not None:
             unread += [self._written[m] for m in self._turn.unstarted_messages() if m in self._written]

@@ -136,14 +136,7 @@ async def late_answer_submit(*, user: Any, question_id: str, body: AnswerIn) -> 
     "forwarded" into a newer run of the conversation, or "next_prompt" for a new run.
     """
     late = await askuser.late_answer_record(question_id=question_id, user=user, body=body)
-    message = InboxMessage(
-        message_id=str(uuid.uuid4()),
-        text=late.text,
-        user_id=user.pk,
-        username=user.get_username(),
-        kind="late_answer",
-        question_id=late.question_id,
-    )
+    message = InboxMessage.late_answer(late)
     answered = {"question_id": late.question_id, "answers": late.answers}
     run = await sync_to_async(Run.objects.get)(pk=late.run_id)
     if run.is_active and await _queue(run.pk, message, answers=late.answers):
