@@ -6,12 +6,14 @@ import asyncio
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
+import pytest
 import redis
 
 from core.tool_names import MCP_ASK_USER
@@ -369,6 +371,32 @@ def processes_in(directory: Path) -> list[int]:
         except OSError:
             continue
     return found
+
+
+class HeldEnd:
+    """The run's end waits, in its end snapshot, until the test lets it go."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from promptmgr.services import changes
+
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        record_end = changes.record_end
+
+        async def held(run_id: int) -> dict[str, Any] | None:
+            self.reached.set()
+            for _ in range(600):
+                if self.release.is_set():
+                    break
+                await asyncio.sleep(0.05)
+            recorded: dict[str, Any] | None = await record_end(run_id)
+            return recorded
+
+        # The runner calls it through the module (``run_changes.record_end``).
+        monkeypatch.setattr(changes, "record_end", held)
+
+    def wait(self) -> None:
+        assert self.reached.wait(30), "the run never reached its end"
 
 
 def kill_the_cli(run_id: int) -> None:

@@ -12,9 +12,8 @@ from playwright.sync_api import expect
 from askuser.models import Question
 from promptmgr.models import Run
 from tests.engines.support import mcp_ask_user, sdk_question
-from tests.helpers import QUOTE, kill_the_cli, make_project, script
+from tests.helpers import QUOTE, HeldEnd, kill_the_cli, make_project, script
 from tests.pages.chat import PROMPT, OpenChat, last_reply, send_prompt
-from tests.steering.test_unread_answers_e2e import HeldEnd
 
 pytestmark = [
     pytest.mark.browser,

@@ -10,8 +10,6 @@ run's end (its end snapshot) until the answer is in.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
 
 import httpx
@@ -23,6 +21,7 @@ from tests.conftest import LiveServer
 from tests.engines.support import ask_user_question, mcp_ask_user, sdk_question
 from tests.helpers import (
     QUOTE,
+    HeldEnd,
     SSEEvent,
     kill_the_cli,
     login_client,
@@ -37,32 +36,6 @@ from tests.helpers import (
 pytestmark = pytest.mark.e2e
 
 UNREAD_TEXT = "Answer to your question “{question}” (your turn ended before you read it): {answer}"
-
-
-class HeldEnd:
-    """The run's end waits, in its end snapshot, until the test lets it go."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        from promptmgr.services import changes
-
-        self.reached = threading.Event()
-        self.release = threading.Event()
-        record_end = changes.record_end
-
-        async def held(run_id: int) -> dict[str, Any] | None:
-            self.reached.set()
-            for _ in range(600):
-                if self.release.is_set():
-                    break
-                await asyncio.sleep(0.05)
-            recorded: dict[str, Any] | None = await record_end(run_id)
-            return recorded
-
-        # The runner calls it through the module (``run_changes.record_end``).
-        monkeypatch.setattr(changes, "record_end", held)
-
-    def wait(self) -> None:
-        assert self.reached.wait(30), "the run never reached its end"
 
 
 def of(events: list[SSEEvent], name: str) -> list[dict[str, Any]]:
