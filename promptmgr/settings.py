@@ -231,6 +231,8 @@ else:
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Django's ModelBackend with the user's load compiled once (core/auth.py says why).
+AUTHENTICATION_BACKENDS = ["core.auth.ModelBackend"]
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/projects/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
