@@ -52,6 +52,7 @@ from .models import (
     PermissionStatus,
     Question,
     QuestionSource,
+    decision_claim,
     request_for_decision,
 )
 
@@ -405,9 +406,7 @@ def _decide(request_id: str, user: Any, decision: str, message: str) -> Permissi
         "decided_by": user,
         "decided_at": timezone.now(),
     }
-    updated = PermissionRequest.objects.filter(
-        pk=request.pk, status=PermissionStatus.PENDING, expires_at__gt=timezone.now()
-    ).update(**fields)
+    updated = decision_claim.update(fields, request.pk, PermissionStatus.PENDING, timezone.now())
     if not updated:
         request.refresh_from_db()
         _check_open(request)  # somebody else got there first: 409 or 410

@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 
-from core.prepared import PreparedGet
+from core.prepared import PreparedGet, PreparedUpdate
 from core.questions import FormAnswer
 from core.storable import StorableJSONField
 from promptmgr.models import Run
@@ -250,4 +250,13 @@ question_for_answer: PreparedGet[Question] = PreparedGet(
 )
 request_for_decision: PreparedGet[PermissionRequest] = PreparedGet(
     lambda: PermissionRequest.objects.with_run_and_project(), "request_id", placeholder=uuid.UUID(int=0)
+)
+# Then the first answer or decision claims the card, if it is still pending and not expired:
+# ``filter(pk=…, status=pending, expires_at__gt=now).update(…)``, written once.
+_STILL_OPEN = (("pk", "="), ("status", "="), ("expires_at", ">"))
+answer_claim: PreparedUpdate[Question] = PreparedUpdate(
+    Question, ("status", "answers", "answer_items", "notes", "answered_by", "answered_at"), _STILL_OPEN
+)
+decision_claim: PreparedUpdate[PermissionRequest] = PreparedUpdate(
+    PermissionRequest, ("status", "decision", "rule", "message", "decided_by", "decided_at"), _STILL_OPEN
 )

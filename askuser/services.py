@@ -35,6 +35,7 @@ from .models import (
     Question,
     QuestionSource,
     QuestionStatus,
+    answer_claim,
     question_for_answer,
 )
 
@@ -282,9 +283,7 @@ def _record_answer(question: Question, user: Any, form: FormAnswer) -> Question:
         "answered_by": user,
         "answered_at": now,
     }
-    updated = Question.objects.filter(
-        pk=question.pk, status=QuestionStatus.PENDING, expires_at__gt=now
-    ).update(**fields)
+    updated = answer_claim.update(fields, question.pk, QuestionStatus.PENDING, now)
     if not updated:
         _check_open(Question.objects.get(pk=question.pk))  # 409 or 410: somebody else got there first
         raise Conflict(MSG_ALREADY_ANSWERED, code="already_answered")

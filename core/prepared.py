@@ -17,6 +17,11 @@ the same converters (a new card's look for the pending cards it supersedes).
 Only what varies is the key, so the query must not depend on anything else that changes
 between calls (the time, a setting): such a filter belongs after the load, in Python, or
 in a query of its own.
+
+``PreparedUpdate`` is the write that follows such a load: the first answer or decision
+claims its pending card with ``filter(...).update(...)`` of a fixed set of columns, whose
+compiling took 0.25 of its 0.41 ms (SQLite, 2 cores, idle). Its SQL is written once from
+the model's columns, and the values go through the fields as ``update()`` sends them.
 """
 
 from __future__ import annotations
@@ -124,6 +129,61 @@ class PreparedRows(_Prepared[M]):
         if not rows:
             return []
         return [tuple(row) for row in compiled.compiler.results_iter(results=[rows])]
+
+
+class PreparedUpdate(Generic[M]):
+    """``model.objects.filter(...).update(...)`` of the columns ``fields``, written once.
+
+    ``where`` is the filter: each a field's name and its comparison (``=``, ``<``, ``>``,
+    ``<=``, ``>=``), joined by AND, as ``filter(pk=…, status=…, expires_at__gt=…)``.
+    What is set goes through each field as ``update()`` sends it (a related object as its
+    key, then ``get_db_prep_save``); the filter's values through ``get_db_prep_value``, as
+    a lookup's. No expressions (``F()``): such an update is Django's to compile.
+    """
+
+    COMPARISONS = frozenset({"=", "<", ">", "<=", ">="})
+
+    def __init__(self, model: type[M], fields: tuple[str, ...], where: tuple[tuple[str, str], ...]) -> None:
+        meta = model._meta
+        self.model = model
+        self.fields = [meta.get_field(name) for name in fields]
+        self.where = [(meta.pk if name == "pk" else meta.get_field(name), op) for name, op in where]
+        for field in [*self.fields, *(field for field, _op in self.where)]:
+            if not isinstance(field, Field) or not field.concrete or field.many_to_many:
+                raise ValueError(
+                    f"{model.__name__}.{field.name}: not a column an update can set or filter on"
+                )
+            if hasattr(field, "get_placeholder"):  # a field whose SQL is more than %s
+                raise ValueError(f"{model.__name__}.{field.name}: its value needs Django's compiler")
+        if any(op not in self.COMPARISONS for _field, op in self.where):
+            raise ValueError(f"comparisons are {sorted(self.COMPARISONS)}: {where}")
+        self._sql_by_alias: dict[str, str] = {}
+
+    def _sql(self, alias: str) -> str:
+        if alias not in self._sql_by_alias:
+            quote = connections[alias].ops.quote_name
+            assignments = ", ".join(f"{quote(field.column)} = %s" for field in self.fields)
+            conditions = " AND ".join(f"{quote(field.column)} {op} %s" for field, op in self.where)
+            table = quote(self.model._meta.db_table)
+            self._sql_by_alias[alias] = f"UPDATE {table} SET {assignments} WHERE {conditions}"
+        return self._sql_by_alias[alias]
+
+    def update(self, values: dict[str, Any], *where: Any) -> int:
+        """Set ``values`` (every one of ``fields``, by name) where ``where`` (in its order)
+        holds; the number of rows updated."""
+        alias = router.db_for_write(self.model)
+        connection = connections[alias]
+        params = []
+        for field in self.fields:
+            value = values[field.name]
+            if hasattr(value, "prepare_database_save"):  # a model instance, for a relation
+                value = value.prepare_database_save(field)
+            params.append(field.get_db_prep_save(value, connection))
+        for (field, _op), value in zip(self.where, where, strict=True):
+            params.append(field.get_db_prep_value(field.get_prep_value(value), connection, prepared=True))
+        with connection.cursor() as cursor:
+            cursor.execute(self._sql(alias), params)
+            return int(cursor.rowcount)
 
 
 def _build(compiler: SQLCompiler, alias: str, row: tuple[Any, ...]) -> Any:

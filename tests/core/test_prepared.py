@@ -4,7 +4,8 @@ Against the test database (SQLite, and PostgreSQL in ``make test-postgres``), th
 card loads the answer and decision paths use: the same field values, the same related
 objects loaded with them (one query in all), ``DoesNotExist`` for an unknown key, and the
 same results from another thread (the compiled query is kept per thread). ``PreparedRows``
-gives the rows Django's ``values_list`` gives.
+gives the rows Django's ``values_list`` gives. ``PreparedUpdate`` leaves a row as Django's
+``filter(...).update(...)`` leaves its twin, and claims only a row its filter matches.
 """
 
 from __future__ import annotations
@@ -19,9 +20,16 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from askuser.models import Question, QuestionSource, question_for_answer
+from askuser.models import (
+    PermissionRequest,
+    Question,
+    QuestionSource,
+    answer_claim,
+    decision_claim,
+    question_for_answer,
+)
 from askuser.services import pending_question_ids
-from core.prepared import PreparedGet
+from core.prepared import PreparedGet, PreparedUpdate
 from tests.helpers import make_run
 
 pytestmark = pytest.mark.unit
@@ -133,3 +141,87 @@ def test_prepared_rows_read_the_rows_as_they_are_now(alice: Any) -> None:
     Question.objects.filter(pk=question.pk).update(status="superseded")
 
     assert pending_question_ids.rows(question.run_id) == []
+
+
+def answered(by: Any, text: str = "Left") -> dict[str, Any]:
+    return {
+        "status": "answered",
+        "answers": {"Which way?": text},
+        "answer_items": [{"question": "Which way?", "selected": [0], "labels": [text], "other": None}],
+        "notes": "a note",
+        "answered_by": by,
+        "answered_at": timezone.now(),
+    }
+
+
+def test_an_update_leaves_the_row_as_djangos_update_leaves_its_twin(alice: Any) -> None:
+    ours, theirs = make_question(alice), make_question(alice)
+    values = answered(alice, text="Léft")
+    now = timezone.now()
+
+    with CaptureQueriesContext(connection) as queries:
+        count = answer_claim.update(values, ours.pk, "pending", now)
+    Question.objects.filter(pk=theirs.pk, status="pending", expires_at__gt=now).update(**values)
+
+    assert count == 1
+    assert len(queries.captured_queries) == 1
+    ours.refresh_from_db()
+    theirs.refresh_from_db()
+    skip = {"id", "question_id", "run_id", "created_at", "expires_at"}  # the twins' own
+    assert {k: v for k, v in own_fields(ours).items() if k not in skip} == {
+        k: v for k, v in own_fields(theirs).items() if k not in skip
+    }
+    assert ours.answers == {"Which way?": "Léft"}  # through the JSON field and back
+    assert ours.answered_by_id == alice.pk
+
+
+def test_a_decision_update_leaves_the_row_as_djangos_update_leaves_its_twin(alice: Any) -> None:
+    run = make_run(owner=alice)
+
+    def request() -> PermissionRequest:
+        return PermissionRequest.objects.create(
+            run=run, source="mcp", tool_name="Bash", expires_at=timezone.now() + timedelta(minutes=5)
+        )
+
+    ours, theirs = request(), request()
+    values = {
+        "status": "denied",
+        "decision": "deny",
+        "rule": "",
+        "message": "Not that one.",
+        "decided_by": alice,
+        "decided_at": timezone.now(),
+    }
+    now = timezone.now()
+
+    assert decision_claim.update(values, ours.pk, "pending", now) == 1
+    PermissionRequest.objects.filter(pk=theirs.pk, status="pending", expires_at__gt=now).update(**values)
+
+    fields = ("status", "decision", "rule", "message", "decided_by_id", "decided_at")
+    ours.refresh_from_db()
+    theirs.refresh_from_db()
+    assert [getattr(ours, name) for name in fields] == [getattr(theirs, name) for name in fields]
+
+
+def test_an_update_claims_only_a_row_its_filter_matches(alice: Any) -> None:
+    question = make_question(alice)
+    first = answered(alice, text="Left")
+
+    assert answer_claim.update(first, question.pk, "pending", timezone.now()) == 1
+    # Answered now: a second answer finds nothing pending and changes nothing.
+    assert answer_claim.update(answered(alice, text="Right"), question.pk, "pending", timezone.now()) == 0
+    question.refresh_from_db()
+    assert question.answers == {"Which way?": "Left"}
+
+    expired = make_question(alice)
+    later = expired.expires_at + timedelta(seconds=1)
+    assert answer_claim.update(answered(alice), expired.pk, "pending", later) == 0
+    expired.refresh_from_db()
+    assert expired.status == "pending"
+
+
+def test_an_update_refuses_what_it_cannot_write_as_plain_sql(db: Any) -> None:
+    with pytest.raises(ValueError, match="not a column"):
+        PreparedUpdate(Question, ("policy_answers",), (("pk", "="),))  # a reverse relation
+    with pytest.raises(ValueError, match="comparisons"):
+        PreparedUpdate(Question, ("status",), (("pk", "LIKE"),))
