@@ -144,26 +144,27 @@ class PreparedUpdate(Generic[M]):
     COMPARISONS = frozenset({"=", "<", ">", "<=", ">="})
 
     def __init__(self, model: type[M], fields: tuple[str, ...], where: tuple[tuple[str, str], ...]) -> None:
-        meta = model._meta
         self.model = model
-        self.fields = [meta.get_field(name) for name in fields]
-        self.where = [(meta.pk if name == "pk" else meta.get_field(name), op) for name, op in where]
-        for field in [*self.fields, *(field for field, _op in self.where)]:
-            if not isinstance(field, Field) or not field.concrete or field.many_to_many:
-                raise ValueError(
-                    f"{model.__name__}.{field.name}: not a column an update can set or filter on"
-                )
-            if hasattr(field, "get_placeholder"):  # a field whose SQL is more than %s
-                raise ValueError(f"{model.__name__}.{field.name}: its value needs Django's compiler")
+        self.fields = [self._column(name) for name in fields]
+        self.where = [(self._column(name), op) for name, op in where]
         if any(op not in self.COMPARISONS for _field, op in self.where):
             raise ValueError(f"comparisons are {sorted(self.COMPARISONS)}: {where}")
         self._sql_by_alias: dict[str, str] = {}
 
+    def _column(self, name: str) -> Field[Any, Any]:
+        meta = self.model._meta
+        field = meta.pk if name == "pk" else meta.get_field(name)
+        if not isinstance(field, Field) or not field.concrete or field.many_to_many or not field.column:
+            raise ValueError(f"{self.model.__name__}.{name}: not a column an update can set or filter on")
+        if hasattr(field, "get_placeholder"):  # a field whose SQL is more than %s
+            raise ValueError(f"{self.model.__name__}.{name}: its value needs Django's compiler")
+        return field
+
     def _sql(self, alias: str) -> str:
         if alias not in self._sql_by_alias:
             quote = connections[alias].ops.quote_name
-            assignments = ", ".join(f"{quote(field.column)} = %s" for field in self.fields)
-            conditions = " AND ".join(f"{quote(field.column)} {op} %s" for field, op in self.where)
+            assignments = ", ".join(f"{quote(str(field.column))} = %s" for field in self.fields)
+            conditions = " AND ".join(f"{quote(str(field.column))} {op} %s" for field, op in self.where)
             table = quote(self.model._meta.db_table)
             self._sql_by_alias[alias] = f"UPDATE {table} SET {assignments} WHERE {conditions}"
         return self._sql_by_alias[alias]
