@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from django.db import connections, router
+from django.db import connections, router, transaction
 from django.db.models import Field, Model, QuerySet
 from django.db.models.query import get_related_populators
 from django.db.models.sql.compiler import SQLCompiler
@@ -182,7 +182,8 @@ class PreparedUpdate(Generic[M]):
             params.append(field.get_db_prep_save(value, connection))
         for (field, _op), value in zip(self.where, where, strict=True):
             params.append(field.get_db_prep_value(field.get_prep_value(value), connection, prepared=True))
-        with connection.cursor() as cursor:
+        # As update(): an error inside a transaction leaves it to be rolled back.
+        with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
             cursor.execute(self._sql(alias), params)
             return int(cursor.rowcount)
 
