@@ -354,6 +354,7 @@ async def permission_wait(
 
 
 def _load_for_user(request_id: str, user: Any) -> PermissionRequest:
+    services.require_signed_in(user)
     try:
         request = request_for_decision.get(request_id)
     except PermissionRequest.DoesNotExist:

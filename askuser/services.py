@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from core import events
 from core.after_response import after_response, give_way
-from core.errors import Conflict, Gone, Invalid, NotFound
+from core.errors import MSG_SIGN_IN, Conflict, Gone, Invalid, NotFound, Unauthorized
 from core.prepared import PreparedGet, PreparedRows
 from core.questions import AnswerIn, Card, CardSource, FormAnswer, Handoff, QuestionSpec
 from promptmgr.models import ACTIVE_RUN_STATUSES, Run, RunStatus
@@ -248,7 +248,15 @@ async def questions_close_for_run(*, run_id: int) -> None:
 # --- Answering ----------------------------------------------------------------------------
 
 
+def require_signed_in(user: Any) -> None:
+    """A click's person is loaded here, with the click's own database work, on the request's
+    thread (``askuser.api.ClickAuth``): one who is not signed in gets the API's 401."""
+    if not user.is_authenticated:
+        raise Unauthorized(MSG_SIGN_IN, code="unauthorized")
+
+
 def _load_for_user(question_id: str, user: Any) -> Question:
+    require_signed_in(user)
     try:
         question = question_for_answer.get(question_id)
     except Question.DoesNotExist:

@@ -26,6 +26,10 @@ class Unauthorized(DomainError):
     default_code = "unauthorized"
 
 
+# What a request from someone who is not signed in is told (the API's 401).
+MSG_SIGN_IN = "Sign in first."
+
+
 class Forbidden(DomainError):
     status = 403
     default_code = "forbidden"

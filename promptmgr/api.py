@@ -26,7 +26,7 @@ from ninja.security import django_auth
 
 from askuser.api import router as askuser_router
 from core import redis as core_redis
-from core.errors import DomainError, Invalid
+from core.errors import MSG_SIGN_IN, DomainError, Invalid
 from promptmgr.changes_api import router as changes_router
 from promptmgr.files_api import router as files_router
 from promptmgr.messages_api import router as messages_router
@@ -88,7 +88,6 @@ api.add_router("/", messages_router, tags=["messages"])
 
 logger = logging.getLogger(__name__)
 MSG_REDIS_DOWN = "The live service (Redis) is unreachable; nothing was changed. Try again shortly."
-MSG_UNAUTHORIZED = "Sign in first."
 MSG_INVALID = "The request is not valid: {fields}"
 # Codes of ninja's own HttpError statuses (raised by auth classes and ninja itself).
 HTTP_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
@@ -128,7 +127,7 @@ def model_validation_error(request: HttpRequest, exc: DjangoValidationError) -> 
 
 @api.exception_handler(AuthenticationError)
 def unauthenticated(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
-    return _error(request, 401, MSG_UNAUTHORIZED, "unauthorized")
+    return _error(request, 401, MSG_SIGN_IN, "unauthorized")
 
 
 @api.exception_handler(HttpError)

@@ -192,6 +192,21 @@ def test_submit_answer_anonymous_is_refused(app_server: Any, pending: dict[str, 
     assert Question.objects.get(question_id=pending["question_id"]).status == "pending"
 
 
+def test_submit_answer_with_a_signed_out_session_is_401(app_server: Any, pending: dict[str, Any]) -> None:
+    owner = login_client(app_server, "alice", "alice-password")
+    stale = owner.cookies["sessionid"]
+    assert owner.post("/accounts/logout/").status_code == 302
+    owner.cookies.set("sessionid", stale)  # a browser that kept the signed-out cookie
+
+    response = owner.post(
+        "/api/askuser/submit-answer", json={"question_id": pending["question_id"], "selectedOptions": [0]}
+    )
+
+    assert response.status_code == 401
+    assert response.json() == {"detail": "Sign in first.", "code": "unauthorized"}
+    assert Question.objects.get(question_id=pending["question_id"]).status == "pending"
+
+
 def test_submit_answer_by_another_user_is_404(app_server: Any, pending: dict[str, Any], bob: Any) -> None:
     other = login_client(app_server, "bob", "bob-password")
     response = other.post(

@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.test import AsyncClient
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser
+from django.test import AsyncClient, RequestFactory
 from django.utils import timezone
 
 from askuser import approvals
+from askuser.api import click_auth
 from askuser.models import PermissionRequest
 from core import events
 from promptmgr.models import PermissionRule, Run, RunStatus
@@ -273,6 +276,37 @@ async def test_a_browser_post_without_the_csrf_token_is_refused(transactional_db
 
     assert response.status_code == 403
     assert await PermissionRequest.objects.filter(request_id=request_id, status="pending").aexists()
+
+
+@pytest.mark.asyncio
+async def test_a_post_from_nobody_signed_in_is_401_and_changes_nothing(
+    transactional_db: Any, alice: Any
+) -> None:
+    run = await owned_run(alice)
+    request_id = await ask_permission(run)
+    anonymous = AsyncClient()
+    client = await signed_in(alice)
+    stale = client.cookies[settings.SESSION_COOKIE_NAME].value
+    await client.alogout()
+    client.cookies[settings.SESSION_COOKIE_NAME] = stale  # a browser that kept the signed-out cookie
+
+    for nobody in (anonymous, client):
+        response = await decide(nobody, request_id, "allow")
+
+        assert response.status_code == 401
+        assert response.json() == {"detail": "Sign in first.", "code": "unauthorized"}
+    assert await PermissionRequest.objects.filter(request_id=request_id, status="pending").aexists()
+    assert await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.2) is None
+
+
+def test_in_a_synchronous_operation_the_click_check_is_djangos_own(db: Any, alice: Any) -> None:
+    # No event loop on this thread, as in a sync operation: the full check, the user or None.
+    request = RequestFactory().post("/api/askuser/submit-decision")
+    request._dont_enforce_csrf_checks = True  # type: ignore[attr-defined]
+    request.user = AnonymousUser()
+    assert click_auth(request) is None
+    request.user = alice
+    assert click_auth(request) == alice
 
 
 @pytest.mark.asyncio
