@@ -181,7 +181,7 @@ class PreparedUpdate(Generic[M]):
                 value = value.prepare_database_save(field)
             params.append(field.get_db_prep_save(value, connection))
         for (field, _op), value in zip(self.where, where, strict=True):
-            params.append(field.get_db_prep_value(field.get_prep_value(value), connection, prepared=True))
+            params.append(field.get_db_prep_value(value, connection, prepared=False))
         # As update(): an error inside a transaction leaves it to be rolled back.
         with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
             cursor.execute(self._sql(alias), params)
