@@ -6,9 +6,10 @@ In this process, against a private SQLite file and the real Redis (``harness.Sta
 permission request is made, a waiting side parks in ``permission_wait`` exactly as
 poll-decision and the SDK engine do, and ``POST /api/askuser/submit-decision`` goes
 through Django's async handler (``AsyncClient``: the path uvicorn takes, without the
-socket). Stamps split it into: the middleware and authentication before the view, the
-decision written, and from there both the push to Redis returning and the waiting side
-running again (Redis wakes it before the pusher reads its own reply); then the whole
+socket). Stamps split it into: the middleware and the CSRF check before the view; the
+decision written (the session and the person are loaded in that same step, since
+``askuser.api.ClickAuth``); and from there both the push to Redis returning and the
+waiting side running again (Redis wakes it before the pusher reads its own reply); then the whole
 request (the rule, the run's status and the events come after the wake) and the CPU it
 took in this process (every thread).
 
