@@ -71,26 +71,31 @@ async def give_way() -> None:
         await asyncio.sleep(GIVE_WAY_SECONDS)
 
 
+async def then_deferred(step: Callable[[], Awaitable[None]]) -> None:
+    """Run ``step`` (which sends a response), then the ``after_response`` work it left."""
+    deferred: list[Work] = []
+    token = _deferred.set(deferred)
+    try:
+        await step()
+    finally:
+        _deferred.reset(token)
+        # Even when the step failed or the client went away: the work belongs to a step
+        # that was committed.
+        running = _running_deferred.set(True)
+        try:
+            for work in deferred:
+                try:
+                    await work()
+                except Exception:
+                    logger.exception("A request's work after its response failed")
+        finally:
+            _running_deferred.reset(running)
+
+
 def serving(app: ASGIApp) -> ASGIApp:
     """``app``, with each HTTP request's ``after_response`` work run after its response."""
 
     async def wrapped(scope: dict[str, Any], receive: Any, send: Any) -> None:
-        deferred: list[Work] = []
-        token = _deferred.set(deferred)
-        try:
-            await app(scope, receive, send)
-        finally:
-            _deferred.reset(token)
-            # Even when the app failed or the client went away: the work belongs to a step
-            # that was committed.
-            running = _running_deferred.set(True)
-            try:
-                for work in deferred:
-                    try:
-                        await work()
-                    except Exception:
-                        logger.exception("A request's work after its response failed")
-            finally:
-                _running_deferred.reset(running)
+        await then_deferred(lambda: app(scope, receive, send))
 
     return wrapped

@@ -22,7 +22,9 @@ how busy its past had been, bench/streams_footprint.py).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -68,14 +70,22 @@ class PooledThreadHandler(InlineViewStepsMixin, ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
+        async with self.borrowed_thread():
+            await self.handle(scope, receive, send)
+
+    @contextlib.asynccontextmanager
+    async def borrowed_thread(self) -> AsyncIterator[None]:
+        """The synchronous steps inside run on one pooled thread (Django's own thread for
+        the purpose when every pooled one is lent out): a request's, or a click's from the
+        page's click channel (``askuser.clicks``)."""
         executor = self._borrow()
         if executor is None:
             async with ThreadSensitiveContext():
-                await self.handle(scope, receive, send)
+                yield
             return
         try:
             async with ThreadSensitiveContext(executor=executor):
-                await self.handle(scope, receive, send)
+                yield
         finally:
             self._give_back(executor)
 
