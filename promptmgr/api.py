@@ -39,13 +39,13 @@ MSG_NUL = "Text may not contain NUL characters (\\u0000)."
 MSG_TOO_LARGE = "The request body is larger than the {limit} bytes the server accepts."
 
 
-def _has_nul(value: Any) -> bool:
+def has_nul(value: Any) -> bool:
     if isinstance(value, str):
         return "\x00" in value
     if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
     if isinstance(value, list):
-        return any(_has_nul(item) for item in value)
+        return any(has_nul(item) for item in value)
     return False
 
 
@@ -61,7 +61,7 @@ class StrictParser(Parser):
         # Every body of this API is an object; ninja would read a list as no fields at all.
         if not isinstance(data, dict):
             raise Invalid(MSG_NOT_OBJECT, code="invalid_json")
-        if _has_nul(data):
+        if has_nul(data):
             raise Invalid(MSG_NUL, code="nul_character")
         return data
 
@@ -69,7 +69,7 @@ class StrictParser(Parser):
         self, data: MultiValueDict[str, Any], list_fields: list[str], request: HttpRequest
     ) -> dict[str, Any]:
         parsed = super().parse_querydict(data, list_fields, request)
-        if _has_nul(parsed):
+        if has_nul(parsed):
             raise Invalid(MSG_NUL, code="nul_character")
         return parsed
 
@@ -97,11 +97,16 @@ def _error(request: HttpRequest, status: int, detail: str, code: str, **extra: A
     return api.create_response(request, {"detail": detail, "code": code, **extra}, status=status)
 
 
-def _invalid(request: HttpRequest, errors: list[dict[str, Any]]) -> HttpResponse:
+def invalid_body(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The 422 body for a schema's errors (their ``loc`` as ninja gives it: body, payload, field…)."""
     fields = "; ".join(
         f"{'.'.join(str(p) for p in e.get('loc', [])[2:]) or 'body'}: {e.get('msg')}" for e in errors
     )
-    return _error(request, 422, MSG_INVALID.format(fields=fields), "invalid", errors=errors)
+    return {"detail": MSG_INVALID.format(fields=fields), "code": "invalid", "errors": errors}
+
+
+def _invalid(request: HttpRequest, errors: list[dict[str, Any]]) -> HttpResponse:
+    return api.create_response(request, invalid_body(errors), status=422)
 
 
 @api.exception_handler(DomainError)

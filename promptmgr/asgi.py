@@ -14,6 +14,9 @@ per heartbeat) go to asgiref's one shared thread instead.
 
 What a request leaves for after its response (``core.after_response``: the bookkeeping of
 a person's answer or decision) runs in the request's own task once the response is out.
+
+The one WebSocket served is the page's click channel (``askuser.clicks``): a person's
+answers and decisions without Django's per-request work, on the same pooled threads.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ django.setup(set_prefix=False)
 from django.conf import settings  # noqa: E402  (after Django is set up)
 from starlette.staticfiles import StaticFiles  # noqa: E402
 
+from askuser import clicks  # noqa: E402
 from core import after_response  # noqa: E402
 from core.middleware import InlineViewStepsMixin  # noqa: E402
 from promptmgr import internal_url, lifecycle  # noqa: E402
@@ -38,7 +42,8 @@ from promptmgr.request_threads import PooledThreadHandler  # noqa: E402
 
 # Every other request: its synchronous steps on a long-lived pooled thread, and what it
 # leaves for after its response (core.after_response) done once the response is out.
-django_application = after_response.serving(PooledThreadHandler(settings.REQUEST_THREADS))
+_pooled = PooledThreadHandler(settings.REQUEST_THREADS)
+django_application = after_response.serving(_pooled)
 from promptmgr.scripted_model.server import create_app as create_demo_model  # noqa: E402
 
 Scope = dict[str, Any]
@@ -82,6 +87,14 @@ async def application(scope: Scope, receive: Any, send: Any) -> None:
         await _lifespan(scope, receive, send)
         return
     path = scope.get("path", "")
+    if scope["type"] == "websocket":
+        # The page's click channel; no other WebSocket is served (Django serves none).
+        if path == clicks.PATH:
+            await clicks.serve(scope, receive, send, _pooled.borrowed_thread)
+        else:
+            await receive()  # the handshake's websocket.connect
+            await send({"type": "websocket.close", "code": 1008})
+        return
     if scope["type"] == "http" and path.startswith(settings.STATIC_URL):
         inner = dict(scope, path=path[len(settings.STATIC_URL) - 1 :], root_path="")
         await _static(inner, receive, send)
