@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_http_methods, require_POST
 
+from askuser import clicks
 from core.errors import Conflict, Forbidden, NotFound
 from promptmgr.forms import MemberAddForm, ProjectCreateForm, ProjectDeleteForm, ProjectSettingsForm
 from promptmgr.markdown import render_markdown_async
@@ -85,6 +86,7 @@ def project_detail(request: HttpRequest, project_id: int) -> HttpResponse:
         "cancel_url": with_id_slot("api:cancel_run", "run_id"),
         "submit_answer_url": reverse("api:submit_answer"),
         "submit_decision_url": reverse("api:submit_decision"),
+        "clicks_url": clicks.PATH,
         "messages_url": with_id_slot("api:send_message", "run_id"),
         "late_answer_url": late_answer_url,
         "markdown_url": reverse("markdown_preview"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -76,3 +77,66 @@ def wait_until_claude_went_on(page: Any) -> None:
 
 def release_events(page: Any) -> None:
     page.evaluate("window.__releaseEvents()")
+
+
+# Both ways a click leaves the page: the click channel (a WebSocket) and its POST endpoint.
+CLICKS_URL = "**/api/askuser/clicks"
+ENDPOINTS = {"answer": "**/api/askuser/submit-answer", "decision": "**/api/askuser/submit-decision"}
+
+
+class StubClicks:
+    """Stands in for the server on both ways a card's click can leave the page (the click
+    channel and, when the channel is not open, the endpoint): records each body and the way it
+    came, and replies with ``reply(body) -> (status, body)``, as the server would on either.
+
+    With ``channel=False`` the channel's socket is closed as soon as it opens, so every click
+    takes its endpoint. The page opens its channel as it loads, so the stubs are installed
+    and the page reloaded (before anything else happens on it).
+    """
+
+    def __init__(
+        self,
+        page: Any,
+        kind: str,
+        reply: Callable[[dict[str, Any]], tuple[int, dict[str, Any]]],
+        *,
+        channel: bool = True,
+    ) -> None:
+        self.page = page
+        self.kind = kind
+        self.reply = reply
+        self.bodies: list[dict[str, Any]] = []
+        self.ways: list[str] = []
+        self.headers: list[dict[str, str]] = []
+        page.route(ENDPOINTS[kind], self._endpoint)
+        page.route_web_socket(CLICKS_URL, self._channel if channel else lambda socket: socket.close())
+        page.reload()
+
+    def _endpoint(self, route: Any) -> None:
+        body = json.loads(route.request.post_data or "null")
+        self.bodies.append(body)
+        self.ways.append("endpoint")
+        self.headers.append(route.request.all_headers())
+        status, answer = self.reply(body)
+        route.fulfill(status=status, content_type="application/json", body=json.dumps(answer))
+
+    def _channel(self, socket: Any) -> None:
+        def received(message: str | bytes) -> None:
+            click = json.loads(message)
+            if click["kind"] != self.kind:  # a click of the other kind: not this stub's to answer
+                socket.send(json.dumps({"id": click["id"], "status": 503, "body": {"detail": "not stubbed"}}))
+                return
+            self.bodies.append(click["body"])
+            self.ways.append("channel")
+            status, answer = self.reply(click["body"])
+            socket.send(json.dumps({"id": click["id"], "status": status, "body": answer}))
+
+        socket.on_message(received)
+
+    def wait_for(self, count: int) -> None:
+        """Until ``count`` clicks have arrived (the page's events run while it waits)."""
+        for _ in range(200):
+            if len(self.bodies) >= count:
+                return
+            self.page.wait_for_timeout(50)
+        raise AssertionError(f"{len(self.bodies)} clicks arrived, not {count}")

@@ -20,12 +20,11 @@ from playwright.sync_api import expect
 from core.events import append_event_sync
 from promptmgr.models import Run
 from tests.helpers import QUOTE, make_project, script
-from tests.pages.chat import OpenChat, last_reply, send_prompt
+from tests.pages.chat import OpenChat, StubClicks, last_reply, send_prompt
 from tests.pages.test_question_card import FAKE_NOTIFICATIONS, WAITING_TITLE, XSS
 
 pytestmark = pytest.mark.browser
 
-DECISION_URL = "**/api/askuser/submit-decision"
 DENY_LABEL = "Message for Claude if you deny (optional)"
 DANGER_RGB = "rgb(201, 42, 42)"
 RULE = "Bash(npm test:*)"
@@ -65,35 +64,28 @@ def card_of(page: Any, data: dict[str, Any]) -> Any:
     return page.locator(f".pcard[data-request-id='{data['request_id']}']")
 
 
-class DecisionEndpoint:
-    """Records what the page posts to the decision endpoint and answers 200 as the contract says:
-    ``{request_id, decision, rule, decided_at}``, the rule being the one "always" added."""
+class DecisionEndpoint(StubClicks):
+    """Records the decisions the page sends (over the click channel, else the endpoint) and
+    answers 200 as the contract says: ``{request_id, decision, rule, decided_at}``, the rule
+    being the one "always" added."""
 
-    def __init__(self, page: Any) -> None:
-        self.methods: list[str] = []
-        self.bodies: list[dict[str, Any]] = []
-        self.headers: list[dict[str, str]] = []
-        page.route(DECISION_URL, self.handle)
+    def __init__(self, page: Any, *, channel: bool = True) -> None:
+        super().__init__(page, "decision", self.answer, channel=channel)
 
-    def handle(self, route: Any) -> None:
-        request = route.request
-        body = json.loads(request.post_data or "null")
-        self.methods.append(request.method)
-        self.bodies.append(body)
-        self.headers.append(request.all_headers())
-        answer = {
+    @staticmethod
+    def answer(body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return 200, {
             "request_id": body["request_id"],
             "decision": body["decision"],
             "rule": RULE if body["decision"] == "always" else None,
             "decided_at": datetime.now(UTC).isoformat(),
         }
-        route.fulfill(status=200, content_type="application/json", body=json.dumps(answer))
 
 
 # --- Deciding -------------------------------------------------------------------------
 
 
-def test_allow_once_posts_allow_with_the_csrf_header_and_collapses_the_card(
+def test_allow_once_sends_allow_over_the_click_channel_and_collapses_the_card(
     open_chat: OpenChat, alice: Any
 ) -> None:
     project = make_project(owner=alice)
@@ -116,13 +108,31 @@ def test_allow_once_posts_allow_with_the_csrf_header_and_collapses_the_card(
 
     expect(card.locator(".pcard-outcome")).to_have_text("Allowed once by alice")
     assert endpoint.bodies == [{"request_id": data["request_id"], "decision": "allow"}]
-    assert endpoint.methods == ["POST"]
-    csrf = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
-    assert endpoint.headers[0]["x-csrftoken"] == csrf
+    assert endpoint.ways == ["channel"]
     expect(card.get_by_role("button")).to_have_count(0)
     expect(card.locator(".pcard-preview")).to_be_hidden()
     expect(card.locator(".pcard-what")).to_have_text("npm test")
     expect(page).not_to_have_title(WAITING_TITLE)
+
+
+def test_without_the_click_channel_the_decision_posts_with_the_csrf_header(
+    open_chat: OpenChat, alice: Any
+) -> None:
+    project = make_project(owner=alice)
+    page = open_chat(project)
+    endpoint = DecisionEndpoint(page, channel=False)
+    run_id = start_running(page, project)
+    data = bash_request()
+    append_event_sync(run_id, "permission_request", data)
+
+    card = card_of(page, data)
+    card.get_by_role("button", name="Allow once").click()
+
+    expect(card.locator(".pcard-outcome")).to_have_text("Allowed once by alice")
+    assert endpoint.bodies == [{"request_id": data["request_id"], "decision": "allow"}]
+    assert endpoint.ways == ["endpoint"]
+    csrf = next(c["value"] for c in page.context.cookies() if c["name"] == "csrftoken")
+    assert endpoint.headers[0]["x-csrftoken"] == csrf
 
 
 def test_always_allow_shows_the_exact_rule_and_posts_always(open_chat: OpenChat, alice: Any) -> None:
@@ -701,13 +711,7 @@ def test_a_409_or_410_answer_ends_the_card_with_the_servers_sentence(
         "cancelled": (410, {"detail": "The run ended; nothing waits for this.", "code": "cancelled"}),
     }
     refused: dict[str, str] = {}
-
-    def refuse(route: Any) -> None:
-        body = json.loads(route.request.post_data)
-        status, answer = answers[refused[body["request_id"]]]
-        route.fulfill(status=status, content_type="application/json", body=json.dumps(answer))
-
-    page.route(DECISION_URL, refuse)
+    StubClicks(page, "decision", lambda body: answers[refused[body["request_id"]]])
     run_id = start_running(page, project)
     requests = {name: bash_request() for name in answers}
     for name, data in requests.items():
@@ -746,15 +750,7 @@ def test_a_404_or_422_answer_shows_the_servers_sentence_and_keeps_the_card_open(
         "invalid": (422, {"detail": "The request is not valid: decision: bad value", "code": "invalid"}),
     }
     refused: dict[str, str] = {}
-    posted: list[dict[str, Any]] = []
-
-    def refuse(route: Any) -> None:
-        body = json.loads(route.request.post_data)
-        posted.append(body)
-        status, answer = answers[refused[body["request_id"]]]
-        route.fulfill(status=status, content_type="application/json", body=json.dumps(answer))
-
-    page.route(DECISION_URL, refuse)
+    stub = StubClicks(page, "decision", lambda body: answers[refused[body["request_id"]]])
     run_id = start_running(page, project)
     requests = {name: bash_request() for name in answers}
     for name, data in requests.items():
@@ -771,11 +767,11 @@ def test_a_404_or_422_answer_shows_the_servers_sentence_and_keeps_the_card_open(
 
     # Still open: the user can try again, and the sentence shows again.
     card = card_of(page, requests["unknown"])
-    with page.expect_response(DECISION_URL):
-        card.get_by_role("button", name="Deny").click()
+    card.get_by_role("button", name="Deny").click()
+    stub.wait_for(3)
     expect(card.locator(".pcard-error")).to_have_text(answers["unknown"][1]["detail"])
     expect(card.get_by_role("button", name="Deny")).to_be_enabled()
-    assert [(body["request_id"], body["decision"]) for body in posted] == [
+    assert [(body["request_id"], body["decision"]) for body in stub.bodies] == [
         (requests["unknown"]["request_id"], "allow"),
         (requests["invalid"]["request_id"], "allow"),
         (requests["unknown"]["request_id"], "deny"),

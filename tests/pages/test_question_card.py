@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -30,8 +31,24 @@ DELIVERED = "Delivered to Claude ✓"
 ENABLED_INPUTS = "input:enabled, textarea:enabled, button:enabled"
 
 
+def watch_clicks(page: Any) -> tuple[list[dict[str, Any]], list[str]]:
+    """What the page sends over its click channel (each frame's message) and the answers it
+    posts to the endpoint (their URLs); installed before the page opens its channel."""
+    frames: list[dict[str, Any]] = []
+    posts: list[str] = []
+
+    def socket_opened(socket: Any) -> None:
+        if socket.url.endswith("/api/askuser/clicks"):
+            socket.on("framesent", lambda payload: frames.append(json.loads(payload)))
+
+    page.on("websocket", socket_opened)
+    page.on("request", lambda request: posts.append(request.url) if "submit-answer" in request.url else None)
+    return frames, posts
+
+
 def test_an_option_picked_on_the_card_reaches_claude(open_chat: OpenChat, page: Any, alice: Any) -> None:
     page.add_init_script(HOLD_EVENTS_AFTER_ANSWER)
+    frames, posts = watch_clicks(page)
     project = make_project(owner=alice)
     open_chat(project)
 
@@ -73,6 +90,29 @@ def test_an_option_picked_on_the_card_reaches_claude(open_chat: OpenChat, page: 
     expect(card.locator(".qcard-status")).to_have_text(DELIVERED)
     expect(page).not_to_have_title(WAITING_TITLE)
     expect(page.locator("[data-role=status]")).to_have_text("Completed")
+    # The answer left over the click channel, not through the endpoint.
+    assert [(frame["kind"], frame["body"]["selectedOptions"]) for frame in frames] == [("answer", [1])]
+    assert posts == []
+
+
+def test_without_the_click_channel_the_answer_is_posted_and_reaches_claude(
+    open_chat: OpenChat, page: Any, alice: Any
+) -> None:
+    # The channel's socket is closed as it opens (a proxy that drops WebSockets, say).
+    page.route_web_socket("**/api/askuser/clicks", lambda socket: socket.close())
+    frames, posts = watch_clicks(page)
+    project = make_project(owner=alice)
+    open_chat(project)
+
+    send_prompt(page, script(ask("Which database?", ["SQLite", "PostgreSQL"]), QUOTE))
+    card = page.locator(".qcard")
+    card.locator(".qcard-option", has_text="SQLite").click()
+    card.get_by_role("button", name="Send answer").click()
+
+    expect(last_reply(page)).to_contain_text("User selected: SQLite")
+    expect(card.locator(".qcard-answer")).to_have_text("You answered: SQLite")
+    assert frames == []
+    assert len(posts) == 1
 
 
 def test_a_free_text_answer_reaches_claude(open_chat: OpenChat, alice: Any) -> None:

@@ -23,10 +23,12 @@ export class ConversationView {
    * @param config the root element's dataset (URLs, username)
    * @param hooks {onChange(view), onRunEnded(view)}: the page updates the composer and sidebar
    */
-  constructor({ parts, config, api, attention, hooks }) {
+  constructor({ parts, config, api, clicks, attention, hooks }) {
     this.parts = parts;
     this.config = config;
     this.api = api;
+    // A person's answers and decisions: over the click channel, else their endpoints.
+    this.clicks = clicks;
     this.attention = attention;
     this.hooks = hooks;
     this.id = null;
@@ -233,7 +235,7 @@ export class ConversationView {
   showQuestion(run, data, live) {
     if (!data.question_id || this.cards.has(data.question_id)) return;
     const card = new QuestionCard(data, {
-      submit: (body) => this.api.post(this.config.submitAnswerUrl, body),
+      submit: (body) => this.clicks.answer(body),
       username: this.config.username,
       onChange: (changed) => this.attention.update(changed),
     });
@@ -244,7 +246,7 @@ export class ConversationView {
   showPermission(run, data, live) {
     if (!data.request_id || this.cards.has(data.request_id)) return;
     const card = new PermissionCard(data, {
-      submit: (body) => this.api.post(this.config.submitDecisionUrl, body),
+      submit: (body) => this.clicks.decide(body),
       username: this.config.username,
       onChange: (changed) => this.attention.update(changed),
     });

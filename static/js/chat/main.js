@@ -3,6 +3,7 @@
 
 import { makeApi } from "./api.js";
 import { Attention, askNotificationPermissionOnce } from "./attention.js";
+import { ClickChannel } from "./clicks.js";
 import { ConversationView } from "./conversation.js";
 import { Sidebar } from "./sidebar.js";
 
@@ -11,6 +12,11 @@ const config = root.dataset;
 const part = (name) => root.querySelector(`[data-role="${name}"]`);
 
 const api = makeApi(config.csrfCookie);
+const clicks = new ClickChannel(config.clicksUrl, api, {
+  answer: config.submitAnswerUrl,
+  decision: config.submitDecisionUrl,
+});
+clicks.open();
 const attention = new Attention();
 const prompt = part("prompt");
 const composer = part("composer");
@@ -51,6 +57,7 @@ const view = new ConversationView({
   },
   config,
   api,
+  clicks,
   attention,
   hooks: {
     onChange: () => {

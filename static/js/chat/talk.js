@@ -69,7 +69,7 @@ export class Talk {
   async accept(card, data, button) {
     button.disabled = true;
     try {
-      await this.view.api.post(this.view.config.submitAnswerUrl, { question_id: card.id, answers: data.answers });
+      await this.view.clicks.answer({ question_id: card.id, answers: data.answers });
     } catch (error) {
       button.disabled = false;
       card.showError(error.detail || String(error));
@@ -80,7 +80,7 @@ export class Talk {
   override(card) {
     card.reopen({
       label: "Send my answer instead",
-      submit: (body) => this.view.api.post(this.view.config.submitAnswerUrl, body),
+      submit: (body) => this.view.clicks.answer(body),
     });
   }
 }
