@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -89,6 +91,76 @@ class Clicks:
         if fields.get("connection") == "close":
             await self.aclose()
         return int(status_line.split(" ", 2)[1]), reply
+
+    async def aclose(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+            self.streams = None
+
+
+class ClickSocket:
+    """A person's clicks over the page's click channel (``askuser.clicks``), as the chat page
+    sends them: one WebSocket opened with the session cookie and the page's ``Origin``, one
+    text frame per click, its reply read as it arrives.
+
+    A browser's WebSocket is native code; as with ``Clicks``, nothing but building the
+    frame lies between the caller's stamp and the socket (a client frame is masked, RFC 6455
+    5.3; a server's is not).
+    """
+
+    def __init__(self, app_url: str, client: httpx.AsyncClient) -> None:
+        self.host, port = app_url.removeprefix("http://").split(":")
+        self.port = int(port)
+        self.origin = app_url
+        self.cookie = cookie_header(client)
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self.next_id = 0
+
+    async def connect(self, path: str = "/api/askuser/clicks") -> None:
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            f"Origin: {self.origin}\r\nCookie: {self.cookie}\r\n\r\n".encode()
+        )
+        head = await reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 101"):
+            writer.close()
+            raise RuntimeError(f"the click channel refused the handshake: {head[:300]!r}")
+        self.streams = (reader, writer)
+
+    async def click(self, kind: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """One click: the reply's status and body."""
+        if self.streams is None:
+            await self.connect()
+        assert self.streams is not None
+        reader, writer = self.streams
+        self.next_id += 1
+        payload = json.dumps({"id": self.next_id, "kind": kind, "body": body}).encode()
+        mask = os.urandom(4)
+        length = len(payload)
+        header = bytes([0x81]) + (
+            bytes([0x80 | length]) if length < 126 else bytes([0x80 | 126]) + length.to_bytes(2, "big")
+        )
+        masked = (
+            int.from_bytes(payload, "big") ^ int.from_bytes((mask * (length // 4 + 1))[:length], "big")
+        ).to_bytes(length, "big")
+        writer.write(header + mask + masked)
+        while True:
+            first, second = await reader.readexactly(2)
+            size = second & 0x7F
+            if size == 126:
+                size = int.from_bytes(await reader.readexactly(2), "big")
+            elif size == 127:
+                size = int.from_bytes(await reader.readexactly(8), "big")
+            data = await reader.readexactly(size)
+            if first & 0x0F == 0x8:
+                raise RuntimeError(f"the click channel closed: {data[:2].hex()} {data[2:]!r}")
+            if first & 0x0F == 0x1:
+                reply = json.loads(data)
+                if reply["id"] == self.next_id:
+                    return int(reply["status"]), reply["body"]
 
     async def aclose(self) -> None:
         if self.streams is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -79,7 +80,9 @@ def _instrument(marks: dict[str, int]) -> None:
     live.answer_push = timed_push
 
 
-async def _rounds(rounds: int, run_id: int, user: Any, marks: dict[str, int]) -> dict[str, list[float]]:
+async def _rounds(
+    rounds: int, run_id: int, user: Any, marks: dict[str, int], over_channel: bool = False
+) -> dict[str, list[float]]:
     from asgiref.sync import sync_to_async
     from django.test import AsyncClient
 
@@ -90,6 +93,7 @@ async def _rounds(rounds: int, run_id: int, user: Any, marks: dict[str, int]) ->
 
     client = AsyncClient()
     await sync_to_async(client.force_login)(user)
+    channel = ChannelClient(client.cookies["sessionid"].value) if over_channel else None
     # Owned by this process, as a supervised run is: a decision for a run nobody owns fails it.
     await live.set_owner(run_id, WORKER_ID, ttl=600)
     samples: dict[str, list[float]] = {step: [] for step in STEPS}
@@ -111,15 +115,18 @@ async def _rounds(rounds: int, run_id: int, user: Any, marks: dict[str, int]) ->
         waiter = asyncio.create_task(wait())
         await asyncio.sleep(0.005)  # parked, as a poll is when a person clicks
         start, cpu = time.perf_counter_ns(), time.process_time_ns()
-        response = await client.post(
-            "/api/askuser/submit-decision",
-            {"request_id": request_id, "decision": "allow"},
-            content_type="application/json",
-        )
+        body = {"request_id": request_id, "decision": "allow"}
+        if channel is not None:
+            status, reply = await channel.post("decision", body)
+        else:
+            response = await client.post(
+                "/api/askuser/submit-decision", body, content_type="application/json"
+            )
+            status, reply = response.status_code, response.content
         end, cpu = time.perf_counter_ns(), time.process_time_ns() - cpu
         woken = await waiter
-        if response.status_code != 200:
-            raise RuntimeError(f"submit-decision answered {response.status_code}: {response.content[:300]!r}")
+        if status != 200:
+            raise RuntimeError(f"submit-decision answered {status}: {str(reply)[:300]}")
         if index < warm_up:
             continue
         # The waiting side often runs before the push's own reply is read (Redis wakes it
@@ -134,7 +141,58 @@ async def _rounds(rounds: int, run_id: int, user: Any, marks: dict[str, int]) ->
             samples[step].append((after - before) / 1e6)
         samples["whole request"].append((end - start) / 1e6)
         samples["CPU of the request"].append(cpu / 1e6)
+    if channel is not None:
+        await channel.aclose()
     return samples
+
+
+class ChannelClient:
+    """``askuser.clicks.serve`` driven in this process, as uvicorn drives it for the page's
+    click channel without the socket: ``post`` sends one click and waits for its reply."""
+
+    def __init__(self, session_key: str) -> None:
+        from askuser import clicks
+        from promptmgr.request_threads import PooledThreadHandler
+
+        self.incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.outgoing: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.next_id = 0
+        scope = {
+            "type": "websocket",
+            "path": clicks.PATH,
+            "scheme": "ws",
+            "server": ("testserver", 80),
+            "client": ("127.0.0.1", 5000),
+            "headers": [
+                (b"host", b"testserver"),
+                (b"origin", b"http://testserver"),
+                (b"cookie", f"sessionid={session_key}".encode()),
+            ],
+        }
+        self.incoming.put_nowait({"type": "websocket.connect"})
+        handler = PooledThreadHandler(2)
+        self.task = asyncio.create_task(
+            clicks.serve(scope, self.incoming.get, self.outgoing.put, handler.borrowed_thread)
+        )
+
+    async def post(self, kind: str, body: dict[str, Any]) -> tuple[int, Any]:
+        if self.next_id == 0:
+            accepted = await self.outgoing.get()
+            if accepted["type"] != "websocket.accept":
+                raise RuntimeError(f"the click channel refused: {accepted}")
+        self.next_id += 1
+        self.incoming.put_nowait(
+            {
+                "type": "websocket.receive",
+                "text": json.dumps({"id": self.next_id, "kind": kind, "body": body}),
+            }
+        )
+        reply = json.loads((await self.outgoing.get())["text"])
+        return int(reply["status"]), reply["body"]
+
+    async def aclose(self) -> None:
+        self.incoming.put_nowait({"type": "websocket.disconnect", "code": 1000})
+        await self.task
 
 
 def main() -> int:
@@ -157,15 +215,19 @@ def main() -> int:
         marks: dict[str, int] = {}
         _instrument(marks)
         ours = list(settings.MIDDLEWARE)
-        for label, middleware in (("core.middleware", ours), ("Django's stock middleware", STOCK_MIDDLEWARE)):
+        for label, middleware, over_channel in (
+            ("the page's click channel", ours, True),
+            ("core.middleware", ours, False),
+            ("Django's stock middleware", STOCK_MIDDLEWARE, False),
+        ):
             settings.MIDDLEWARE = middleware
             conversation = Conversation.objects.create(project=project, user=user)
             run = Run.objects.create(
                 conversation=conversation, user=user, prompt="bench", status=RunStatus.RUNNING
             )
-            samples = asyncio.run(_rounds(args.rounds, run.pk, user, marks))
+            samples = asyncio.run(_rounds(args.rounds, run.pk, user, marks, over_channel))
             rows = [latency_row(step, samples[step]) for step in STEPS]
-            print(table(LATENCY_HEADERS, rows, title=f"\nsubmit-decision in-process, {label} (ms)"))
+            print(table(LATENCY_HEADERS, rows, title=f"\na decision in-process, {label} (ms)"))
         settings.MIDDLEWARE = ours
     print(f"\nFinished on {harness.machine()}.")
     return 0
