@@ -53,7 +53,7 @@ from ninja.responses import NinjaJSONEncoder
 from core import after_response
 from core import redis as core_redis
 from core.errors import MSG_SIGN_IN, DomainError
-from promptmgr.api import (
+from core.schemas import (
     MSG_NOT_JSON,
     MSG_NOT_OBJECT,
     MSG_NUL,

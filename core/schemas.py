@@ -16,3 +16,33 @@ class ErrorOut(Schema):
 def errors(*statuses: int) -> dict[int, type[ErrorOut]]:
     """The error answers an operation declares, each with the one error body."""
     return dict.fromkeys(statuses, ErrorOut)
+
+
+# The API's sentences for bodies it cannot take (promptmgr.api's parser and handlers, and
+# the page's click channel, askuser.clicks, which answers with the same bodies).
+MSG_NOT_JSON = "The request body is not valid JSON."
+MSG_NOT_OBJECT = "The request body must be a JSON object."
+MSG_NUL = "Text may not contain NUL characters (\\u0000)."
+MSG_TOO_LARGE = "The request body is larger than the {limit} bytes the server accepts."
+MSG_REDIS_DOWN = "The live service (Redis) is unreachable; nothing was changed. Try again shortly."
+MSG_INVALID = "The request is not valid: {fields}"
+
+
+def has_nul(value: Any) -> bool:
+    """Whether a NUL character is anywhere in a parsed JSON value: PostgreSQL cannot store
+    one, and no field of this API has a use for one."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(has_nul(item) for item in value)
+    return False
+
+
+def invalid_body(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    """The 422 body for a schema's errors (their ``loc`` as ninja gives it: body, payload, field…)."""
+    fields = "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', [])[2:]) or 'body'}: {e.get('msg')}" for e in errors
+    )
+    return {"detail": MSG_INVALID.format(fields=fields), "code": "invalid", "errors": errors}

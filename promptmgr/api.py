@@ -27,26 +27,20 @@ from ninja.security import django_auth
 from askuser.api import router as askuser_router
 from core import redis as core_redis
 from core.errors import MSG_SIGN_IN, DomainError, Invalid
+from core.schemas import (
+    MSG_NOT_JSON,
+    MSG_NOT_OBJECT,
+    MSG_NUL,
+    MSG_REDIS_DOWN,
+    MSG_TOO_LARGE,
+    has_nul,
+    invalid_body,
+)
 from promptmgr.changes_api import router as changes_router
 from promptmgr.files_api import router as files_router
 from promptmgr.messages_api import router as messages_router
 from promptmgr.projects_api import router as projects_router
 from promptmgr.runs_api import router as runs_router
-
-MSG_NOT_JSON = "The request body is not valid JSON."
-MSG_NOT_OBJECT = "The request body must be a JSON object."
-MSG_NUL = "Text may not contain NUL characters (\\u0000)."
-MSG_TOO_LARGE = "The request body is larger than the {limit} bytes the server accepts."
-
-
-def has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(has_nul(k) or has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(has_nul(item) for item in value)
-    return False
 
 
 class StrictParser(Parser):
@@ -87,22 +81,12 @@ api.add_router("/", files_router, tags=["files"])
 api.add_router("/", messages_router, tags=["messages"])
 
 logger = logging.getLogger(__name__)
-MSG_REDIS_DOWN = "The live service (Redis) is unreachable; nothing was changed. Try again shortly."
-MSG_INVALID = "The request is not valid: {fields}"
 # Codes of ninja's own HttpError statuses (raised by auth classes and ninja itself).
 HTTP_CODES = {401: "unauthorized", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
 
 
 def _error(request: HttpRequest, status: int, detail: str, code: str, **extra: Any) -> HttpResponse:
     return api.create_response(request, {"detail": detail, "code": code, **extra}, status=status)
-
-
-def invalid_body(errors: list[dict[str, Any]]) -> dict[str, Any]:
-    """The 422 body for a schema's errors (their ``loc`` as ninja gives it: body, payload, field…)."""
-    fields = "; ".join(
-        f"{'.'.join(str(p) for p in e.get('loc', [])[2:]) or 'body'}: {e.get('msg')}" for e in errors
-    )
-    return {"detail": MSG_INVALID.format(fields=fields), "code": "invalid", "errors": errors}
 
 
 def _invalid(request: HttpRequest, errors: list[dict[str, Any]]) -> HttpResponse:

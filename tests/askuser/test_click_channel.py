@@ -16,7 +16,7 @@ from websockets.sync.client import ClientConnection, connect
 from askuser import clicks
 from askuser.models import PermissionRequest, Question, QuestionStatus
 from tests.conftest import LiveServer
-from tests.helpers import ask_permission, login_client, open_question, owned_run, wait_until
+from tests.helpers import PrivateRedis, ask_permission, login_client, open_question, owned_run, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +36,8 @@ def channel(server: LiveServer, client: httpx.Client | None, origin: str | None 
 
 def click(socket: ClientConnection, click_id: Any, kind: str, body: Any) -> dict[str, Any]:
     socket.send(json.dumps({"id": click_id, "kind": kind, "body": body}))
-    return json.loads(socket.recv(timeout=10))
+    reply: dict[str, Any] = json.loads(socket.recv(timeout=10))
+    return reply
 
 
 @pytest.fixture
@@ -194,3 +195,20 @@ def test_a_click_whose_page_closes_before_the_reply_is_still_recorded(
         timeout=10,
         what="the answer of a page that went away",
     )
+
+
+def test_with_redis_down_a_decision_is_503_and_the_socket_serves_the_next_click_once_it_is_back(
+    private_redis: PrivateRedis, app_server: LiveServer, alice: Any
+) -> None:
+    client = login_client(app_server, "alice", "alice-password")
+    run = asyncio.run(owned_run(alice))
+    first, second = asyncio.run(ask_permission(run)), asyncio.run(ask_permission(run))
+    with channel(app_server, client) as socket:
+        private_redis.stop()
+        try:
+            refused = click(socket, 1, "decision", {"request_id": first, "decision": "allow"})
+        finally:
+            private_redis.start()
+        allowed = click(socket, 2, "decision", {"request_id": second, "decision": "allow"})
+    assert refused["status"] == 503 and refused["body"]["code"] == "redis_unavailable", refused
+    assert allowed["status"] == 200, allowed

@@ -19,8 +19,10 @@ from tests.conftest import REPO
 pytestmark = pytest.mark.unit
 
 ASKUSER_MAY_IMPORT = {"promptmgr.models", "promptmgr.services.run_state", "promptmgr.services"}
-# askuser.api: the project's one NinjaAPI (promptmgr/api.py) mounts each app's router.
-PROMPTMGR_MAY_IMPORT = {"askuser", "askuser.facade", "askuser.models", "askuser.api"}
+# askuser.api: the project's one NinjaAPI (promptmgr/api.py) mounts each app's router;
+# askuser.clicks: the ASGI app (promptmgr/asgi.py) serves the page's click channel, as the
+# API mounts the endpoints it stands in for.
+PROMPTMGR_MAY_IMPORT = {"askuser", "askuser.facade", "askuser.models", "askuser.api", "askuser.clicks"}
 # An update of a Run queryset that sets status, e.g. Run.objects.filter(...).update(status=...).
 RUN_STATUS_WRITE = re.compile(r"Run\.objects[^\n]*\.update\([^)]*\bstatus=", re.DOTALL)
 

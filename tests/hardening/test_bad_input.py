@@ -12,8 +12,8 @@ from django.conf import settings
 
 from askuser import runtime
 from core import events
+from core.schemas import MSG_NOT_JSON, MSG_NOT_OBJECT, MSG_NUL, MSG_TOO_LARGE
 from mcp_server.approvals import approve
-from promptmgr.api import MSG_NOT_JSON, MSG_NOT_OBJECT, MSG_NUL, MSG_TOO_LARGE
 from promptmgr.event_history import persist_events
 from promptmgr.models import Run, RunStatus
 from tests.helpers import login_client, make_project, make_run, read_sse
