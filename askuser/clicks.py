@@ -59,6 +59,7 @@ from core.schemas import (
     MSG_NUL,
     MSG_REDIS_DOWN,
     MSG_TOO_LARGE,
+    field_errors,
     has_nul,
     invalid_body,
 )
@@ -198,12 +199,7 @@ async def click(kind: str, body: dict[str, Any], user: Any) -> tuple[int, dict[s
     except pydantic.ValidationError as exc:
         return 422, invalid_body(_schema_errors(exc))
     except DjangoValidationError as exc:
-        errors = [
-            {"loc": ["body", "payload", field], "msg": message, "type": "value_error"}
-            for field, messages in exc.message_dict.items()
-            for message in messages
-        ]
-        return 422, invalid_body(errors)
+        return 422, invalid_body(field_errors(exc))
     except redis.RedisError as exc:
         core_redis.outage_seen(exc)
         return 503, {"detail": MSG_REDIS_DOWN, "code": "redis_unavailable"}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from ninja import Schema
 
 
@@ -46,3 +47,12 @@ def invalid_body(errors: list[dict[str, Any]]) -> dict[str, Any]:
         f"{'.'.join(str(p) for p in e.get('loc', [])[2:]) or 'body'}: {e.get('msg')}" for e in errors
     )
     return {"detail": MSG_INVALID.format(fields=fields), "code": "invalid", "errors": errors}
+
+
+def field_errors(exc: DjangoValidationError) -> list[dict[str, Any]]:
+    """A service's field errors (a model's ``ValidationError``) in the same shape as the schema's."""
+    return [
+        {"loc": ["body", "payload", field], "msg": message, "type": "value_error"}
+        for field, messages in exc.message_dict.items()
+        for message in messages
+    ]

@@ -33,6 +33,7 @@ from core.schemas import (
     MSG_NUL,
     MSG_REDIS_DOWN,
     MSG_TOO_LARGE,
+    field_errors,
     has_nul,
     invalid_body,
 )
@@ -105,13 +106,7 @@ def validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpRes
 
 @api.exception_handler(DjangoValidationError)
 def model_validation_error(request: HttpRequest, exc: DjangoValidationError) -> HttpResponse:
-    # The service's field errors in the same shape as the schema's.
-    errors = [
-        {"loc": ["body", "payload", field], "msg": message, "type": "value_error"}
-        for field, messages in exc.message_dict.items()
-        for message in messages
-    ]
-    return _invalid(request, errors)
+    return _invalid(request, field_errors(exc))
 
 
 @api.exception_handler(AuthenticationError)
