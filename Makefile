@@ -41,6 +41,11 @@ $(VENV)/.installed-dev: pyproject.toml | $(PY)
 
 install: $(VENV)/.installed-dev
 
+# The click channel's messages are a few hundred bytes: no compression (a zlib context per
+# open page for nothing), and nothing much above the API's own body limit (2.5 MB, which the
+# channel answers with 413; a larger message closes the socket, 1009).
+UVICORN_WS = --ws-max-size 4194304 --ws-per-message-deflate false
+
 # The MCP server Claude spawns reaches the app here; it must match where uvicorn listens.
 # PYTHONMALLOC=malloc: what closed streams used goes back to the OS (README, "PostgreSQL and
 # several workers").
@@ -52,7 +57,7 @@ run: $(VENV)/.installed-app
 	$(PY) manage.py ensure_demo_user
 	$(PY) manage.py sync_workspaces
 	PYTHONMALLOC=malloc exec $(VENV)/bin/uvicorn promptmgr.asgi:application --host $(HOST) --port $(PORT) \
-		--timeout-graceful-shutdown 5
+		--timeout-graceful-shutdown 5 $(UVICORN_WS)
 
 lint: $(VENV)/.installed-dev
 	$(VENV)/bin/ruff check .

@@ -197,6 +197,8 @@ class Stack:
         argv = [PYTHON, "-m", "uvicorn", "promptmgr.asgi:application", "--host", "127.0.0.1"]
         # A bounded graceful shutdown: held long-polls must not delay reaping the CLI runs.
         argv += ["--port", str(self.app_port), "--log-level", "warning", "--timeout-graceful-shutdown", "5"]
+        # The click channel as make run serves it (Makefile's UVICORN_WS).
+        argv += ["--ws-max-size", "4194304", "--ws-per-message-deflate", "false"]
         if workers > 1:
             argv += ["--workers", str(workers)]
         proc = self.children.start("uvicorn", argv, env=env)

@@ -306,6 +306,9 @@ class LiveServer:
             lifespan="on",
             # Open SSE streams never end by themselves; do not wait on them at shutdown.
             timeout_graceful_shutdown=5,
+            # The click channel as make run serves it (Makefile's UVICORN_WS).
+            ws_max_size=4_194_304,
+            ws_per_message_deflate=False,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="uvicorn-live", daemon=True)

@@ -212,3 +212,18 @@ def test_with_redis_down_a_decision_is_503_and_the_socket_serves_the_next_click_
         allowed = click(socket, 2, "decision", {"request_id": second, "decision": "allow"})
     assert refused["status"] == 503 and refused["body"]["code"] == "redis_unavailable", refused
     assert allowed["status"] == 200, allowed
+
+
+def test_a_message_above_the_sockets_limit_ends_that_socket_only(
+    app_server: LiveServer, signed_in: dict[str, httpx.Client], alice: Any
+) -> None:
+    # uvicorn's --ws-max-size (4 MiB, Makefile's UVICORN_WS) refuses it before it is buffered
+    # whole: the socket is closed (1009) or reset while the client is still sending.
+    with channel(app_server, signed_in["alice"]) as socket, pytest.raises(ConnectionClosed):
+        socket.send(json.dumps({"id": 1, "kind": "answer", "body": {"answer": "x" * 5_000_000}}))
+        socket.recv(timeout=10)
+    run = asyncio.run(owned_run(alice))
+    question_id = asyncio.run(open_question(run))
+    with channel(app_server, signed_in["alice"]) as socket:
+        reply = click(socket, 2, "answer", {"question_id": question_id, "selectedOptions": [0]})
+    assert reply["status"] == 200, reply

@@ -9,6 +9,8 @@ import { ApiError } from "./api.js";
 // No reply this long after a click: the socket is taken for dead (a half-open connection).
 const REPLY_TIMEOUT_MS = 20000;
 const RETRY_MIN_MS = 1000;
+// Under the server's WebSocket message limit (Makefile's UVICORN_WS, 4 MiB) in any encoding.
+const MAX_MESSAGE_CHARS = 1000000;
 const RETRY_MAX_MS = 30000;
 // The server's refusal of a page that is not signed in: the endpoints say why; no retrying.
 const FINAL_CLOSE_CODES = new Set([4401]);
@@ -66,8 +68,12 @@ export class ClickChannel {
 
   /** The click over the socket when it is open, else through its endpoint. */
   send(kind, body) {
-    if (!this.ready) return this.api.post(this.urls[kind], body);
-    const id = this.nextId++;
+    const id = this.nextId;
+    const text = JSON.stringify({ id, kind, body });
+    // A very long answer goes as a request, which the server refuses with a clear 413 at
+    // any size; the socket would be closed by a message above its limit.
+    if (!this.ready || text.length > MAX_MESSAGE_CHARS) return this.api.post(this.urls[kind], body);
+    this.nextId++;
     const socket = this.socket;
     return new Promise((resolve, reject) => {
       const timer = window.setTimeout(() => {
@@ -76,7 +82,7 @@ export class ClickChannel {
         socket.close();
       }, REPLY_TIMEOUT_MS);
       this.waiting.set(id, { resolve, reject, timer });
-      socket.send(JSON.stringify({ id, kind, body }));
+      socket.send(text);
     }).catch((error) => {
       // Signed out, or signed in again elsewhere since the socket opened: the endpoint,
       // which reads the page's current cookie, decides (and says why when it refuses too).
