@@ -88,7 +88,6 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 ThreadScope = Callable[[], Any]  # an async context manager: the click's synchronous steps on one thread
 
 _session_store = import_module(settings.SESSION_ENGINE).SessionStore
-_csrf = CsrfViewMiddleware(lambda request: None)  # type: ignore[arg-type]  # only its origin check is used
 
 
 class Refused(Exception):
@@ -112,7 +111,9 @@ def origin_allowed(scope: dict[str, Any]) -> bool:
     request = _as_request(scope)
     if "HTTP_ORIGIN" not in request.META:
         return False
-    return bool(_csrf._origin_verified(request))  # type: ignore[attr-defined]  # Django 5.2, pinned
+    # A new middleware each time (once per page): it reads CSRF_TRUSTED_ORIGINS when first asked.
+    csrf = CsrfViewMiddleware(lambda request: None)  # type: ignore[arg-type]  # only its origin check is used
+    return bool(csrf._origin_verified(request))  # type: ignore[attr-defined]  # Django 5.2, pinned
 
 
 def session_key(scope: dict[str, Any]) -> str | None:

@@ -227,3 +227,16 @@ def test_a_message_above_the_sockets_limit_ends_that_socket_only(
     with channel(app_server, signed_in["alice"]) as socket:
         reply = click(socket, 2, "answer", {"question_id": question_id, "selectedOptions": [0]})
     assert reply["status"] == 200, reply
+
+
+def test_an_origin_in_csrf_trusted_origins_may_connect_as_djangos_csrf_check_allows(
+    app_server: LiveServer, signed_in: dict[str, httpx.Client], alice: Any, settings: Any
+) -> None:
+    settings.CSRF_TRUSTED_ORIGINS = ["https://pm.example.com"]
+    run = asyncio.run(owned_run(alice))
+    question_id = asyncio.run(open_question(run))
+    with channel(app_server, signed_in["alice"], origin="https://pm.example.com") as socket:
+        reply = click(socket, 1, "answer", {"question_id": question_id, "selectedOptions": [0]})
+    assert reply["status"] == 200, reply
+    with pytest.raises(InvalidStatus):
+        channel(app_server, signed_in["alice"], origin="https://other.example.com")
