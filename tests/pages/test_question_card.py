@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
+from askuser.answers import MSG_TOO_LONG
+from core.questions import MAX_TEXT
 from tests.conftest import LiveServer
 from tests.helpers import QUOTE, ask, browser_login, login_client, make_project, script
 from tests.pages.chat import (
@@ -133,6 +135,34 @@ def test_a_free_text_answer_reaches_claude(open_chat: OpenChat, alice: Any) -> N
 
     expect(last_reply(page)).to_contain_text("User answered: billing_core")
     expect(card.locator(".qcard-answer")).to_have_text("You answered: billing_core")
+
+
+def test_an_answer_too_long_for_the_click_channel_is_posted_and_the_servers_sentence_shown(
+    open_chat: OpenChat, page: Any, alice: Any
+) -> None:
+    frames, posts = watch_clicks(page)
+    project = make_project(owner=alice)
+    open_chat(project)
+    send_prompt(page, script(ask("Paste the whole log?"), QUOTE))
+
+    card = page.locator(".qcard")
+    answer = card.locator("textarea.qcard-free")
+    long_answer = "log " + "x" * 1_080_000  # above the channel's million characters
+    # Set as a paste would (typing a million characters would take minutes).
+    answer.evaluate(
+        "(box, text) => { box.value = text; box.dispatchEvent(new Event('input', {bubbles: true})); }",
+        long_answer,
+    )
+    with page.expect_response("**/api/askuser/submit-answer") as posted:
+        answer.press("Enter")
+
+    # The server's own sentence on the card (answers are limited to MAX_TEXT characters),
+    # where a message that large would have ended the socket without one.
+    assert posted.value.status == 422
+    expect(card.locator(".qcard-error")).to_contain_text(MSG_TOO_LONG.format(limit=MAX_TEXT))
+    expect(card.locator(".qcard-free")).to_be_enabled()
+    assert frames == []
+    assert len(posts) == 1
 
 
 def test_keyboard_picks_several_options_and_notes_go_along(open_chat: OpenChat, alice: Any) -> None:
