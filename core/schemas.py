@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from django.core.exceptions import ValidationError as DjangoValidationError
 from ninja import Schema
+
+from core.errors import DomainError
+from core.redis import outage_seen
 
 
 class ErrorOut(Schema):
@@ -56,3 +60,19 @@ def field_errors(exc: DjangoValidationError) -> list[dict[str, Any]]:
         for field, messages in exc.message_dict.items()
         for message in messages
     ]
+
+
+Refusal = DomainError | DjangoValidationError | redis.RedisError
+
+
+def refusal_reply(exc: Refusal) -> tuple[int, dict[str, Any]]:
+    """The status and body a service's refusal is answered with, by the API's handlers
+    (``promptmgr.api``) and the page's click channel (``askuser.clicks``) alike."""
+    if isinstance(exc, DomainError):
+        return exc.status, {"detail": exc.detail, "code": exc.code}
+    if isinstance(exc, DjangoValidationError):
+        return 422, invalid_body(field_errors(exc))
+    # A clear 503 instead of a 500: the request can simply be retried once Redis is back.
+    # One warning per outage (core.redis), not a line per request.
+    outage_seen(exc)
+    return 503, {"detail": MSG_REDIS_DOWN, "code": "redis_unavailable"}

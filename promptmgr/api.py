@@ -25,17 +25,16 @@ from ninja.parser import Parser
 from ninja.security import django_auth
 
 from askuser.api import router as askuser_router
-from core import redis as core_redis
 from core.errors import MSG_SIGN_IN, DomainError, Invalid
 from core.schemas import (
     MSG_NOT_JSON,
     MSG_NOT_OBJECT,
     MSG_NUL,
-    MSG_REDIS_DOWN,
     MSG_TOO_LARGE,
-    field_errors,
+    Refusal,
     has_nul,
     invalid_body,
+    refusal_reply,
 )
 from promptmgr.changes_api import router as changes_router
 from promptmgr.files_api import router as files_router
@@ -94,9 +93,14 @@ def _invalid(request: HttpRequest, errors: list[dict[str, Any]]) -> HttpResponse
     return api.create_response(request, invalid_body(errors), status=422)
 
 
+def _refused(request: HttpRequest, exc: Refusal) -> HttpResponse:
+    status, body = refusal_reply(exc)
+    return api.create_response(request, body, status=status)
+
+
 @api.exception_handler(DomainError)
 def domain_error(request: HttpRequest, exc: DomainError) -> HttpResponse:
-    return _error(request, exc.status, exc.detail, exc.code)
+    return _refused(request, exc)
 
 
 @api.exception_handler(NinjaValidationError)
@@ -106,7 +110,7 @@ def validation_error(request: HttpRequest, exc: NinjaValidationError) -> HttpRes
 
 @api.exception_handler(DjangoValidationError)
 def model_validation_error(request: HttpRequest, exc: DjangoValidationError) -> HttpResponse:
-    return _invalid(request, field_errors(exc))
+    return _refused(request, exc)
 
 
 @api.exception_handler(AuthenticationError)
@@ -131,9 +135,6 @@ def body_too_large(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse
 
 @api.exception_handler(redis.RedisError)
 def redis_unavailable(request: HttpRequest, exc: redis.RedisError) -> HttpResponse:
-    # A clear 503 instead of a 500: the request can simply be retried once Redis is back.
-    # One warning per outage (core.redis), not a line per request.
-    core_redis.outage_seen(exc)
-    response = _error(request, 503, MSG_REDIS_DOWN, "redis_unavailable")
+    response = _refused(request, exc)
     response._has_been_logged = True  # type: ignore[attr-defined]  # Django's own log line per 5xx, too
     return response
