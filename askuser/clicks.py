@@ -51,17 +51,15 @@ from django.utils.functional import SimpleLazyObject
 from ninja.responses import NinjaJSONEncoder
 
 from core import after_response
-from core import redis as core_redis
 from core.errors import MSG_SIGN_IN, DomainError
 from core.schemas import (
     MSG_NOT_JSON,
     MSG_NOT_OBJECT,
     MSG_NUL,
-    MSG_REDIS_DOWN,
     MSG_TOO_LARGE,
-    field_errors,
     has_nul,
     invalid_body,
+    refusal_reply,
 )
 
 from . import approvals, services
@@ -73,16 +71,14 @@ PATH = "/api/askuser/clicks"
 # A page sends one click at a time, a person with several tabs a few; a socket that has
 # more under way than this is not a page.
 MAX_IN_FLIGHT = 8
-# WebSocket close codes (4000-4999 are the application's): the page does not reconnect
-# after 4401, it uses the endpoints (which say why) until it is loaded again. A handshake
-# from another site is refused outright (HTTP 403).
+# A close code of the application's (4000-4999): the page does not reconnect after it and
+# uses the endpoints (which say why) until it is loaded again.
 CLOSE_NOT_SIGNED_IN = 4401
-CLOSE_BAD_ORIGIN = 4403
 
 MSG_NO_KIND = "Unknown kind {kind!r}: a click is an 'answer' or a 'decision'."
 MSG_NO_ID = "A click needs an integer 'id' for its reply."
 MSG_BUSY = f"More than {MAX_IN_FLIGHT} clicks are under way on this connection; wait for their replies."
-MSG_FAILED = "The server failed to record this click; nothing was changed. Try again."
+MSG_FAILED = "The server failed on this click. Reload the page to see whether it was recorded."
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ThreadScope = Callable[[], Any]  # an async context manager: the click's synchronous steps on one thread
@@ -91,12 +87,14 @@ _session_store = import_module(settings.SESSION_ENGINE).SessionStore
 
 
 class Refused(Exception):
-    """A message the channel answers itself (not JSON, no id, an unknown kind…)."""
+    """A message the channel answers itself (not JSON, no id, an unknown kind…), with the
+    message's id when it has a usable one."""
 
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
-        super().__init__(body.get("detail"))
+    def __init__(self, status: int, detail: str, code: str, click_id: int | None = None) -> None:
+        super().__init__(detail)
         self.status = status
-        self.body = body
+        self.body = {"detail": detail, "code": code}
+        self.click_id = click_id
 
 
 def _as_request(scope: dict[str, Any]) -> ASGIRequest:
@@ -157,25 +155,25 @@ def parse(text: str | None) -> tuple[int, str, dict[str, Any]]:
     """A message's id, kind and body; ``Refused`` (with the id, when it has one) otherwise."""
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     if text is None:
-        raise Refused(422, {"id": None, "detail": MSG_NOT_JSON, "code": "invalid_json"})
+        raise Refused(422, MSG_NOT_JSON, "invalid_json")
     if limit is not None and len(text) > limit:
-        raise Refused(413, {"detail": MSG_TOO_LARGE.format(limit=limit), "code": "too_large"})
+        raise Refused(413, MSG_TOO_LARGE.format(limit=limit), "too_large")
     try:
         message = json.loads(text)
     except ValueError:
-        raise Refused(422, {"detail": MSG_NOT_JSON, "code": "invalid_json"}) from None
+        raise Refused(422, MSG_NOT_JSON, "invalid_json") from None
     if not isinstance(message, dict):
-        raise Refused(422, {"detail": MSG_NOT_OBJECT, "code": "invalid_json"})
+        raise Refused(422, MSG_NOT_OBJECT, "invalid_json")
     click_id = message.get("id")
     if not isinstance(click_id, int) or isinstance(click_id, bool):
-        raise Refused(422, {"detail": MSG_NO_ID, "code": "invalid"})
+        raise Refused(422, MSG_NO_ID, "invalid")
     kind, body = message.get("kind"), message.get("body")
     if kind not in ("answer", "decision"):
-        raise Refused(422, {"id": click_id, "detail": MSG_NO_KIND.format(kind=kind), "code": "invalid"})
+        raise Refused(422, MSG_NO_KIND.format(kind=kind), "invalid", click_id)
     if not isinstance(body, dict):
-        raise Refused(422, {"id": click_id, "detail": MSG_NOT_OBJECT, "code": "invalid_json"})
+        raise Refused(422, MSG_NOT_OBJECT, "invalid_json", click_id)
     if has_nul(body):
-        raise Refused(422, {"id": click_id, "detail": MSG_NUL, "code": "nul_character"})
+        raise Refused(422, MSG_NUL, "nul_character", click_id)
     return click_id, kind, body
 
 
@@ -195,15 +193,10 @@ async def click(kind: str, body: dict[str, Any], user: Any) -> tuple[int, dict[s
             message=decision.message,
         )
         return 200, DecisionOut.model_validate(decided).model_dump()
-    except DomainError as exc:
-        return exc.status, {"detail": exc.detail, "code": exc.code}
     except pydantic.ValidationError as exc:
         return 422, invalid_body(_schema_errors(exc))
-    except DjangoValidationError as exc:
-        return 422, invalid_body(field_errors(exc))
-    except redis.RedisError as exc:
-        core_redis.outage_seen(exc)
-        return 503, {"detail": MSG_REDIS_DOWN, "code": "redis_unavailable"}
+    except (DomainError, DjangoValidationError, redis.RedisError) as exc:
+        return refusal_reply(exc)
 
 
 class Channel:
@@ -231,8 +224,7 @@ class Channel:
         try:
             click_id, kind, body = parse(text)
         except Refused as refused:
-            click_id = refused.body.pop("id", None)
-            self._start(self.reply(click_id, refused.status, refused.body))
+            self._start(self.reply(refused.click_id, refused.status, refused.body))
             return
         if len(self.under_way) >= MAX_IN_FLIGHT:
             self._start(self.reply(click_id, 429, {"detail": MSG_BUSY, "code": "too_many"}))
@@ -263,8 +255,9 @@ class Channel:
             await asyncio.gather(*self.under_way, return_exceptions=True)
 
 
-def _signed_in(key: str) -> bool:
-    return bool(person(key).is_authenticated)
+async def _signed_in(key: str, thread: ThreadScope) -> bool:
+    async with thread():
+        return bool(await sync_to_async(lambda: person(key).is_authenticated)())
 
 
 async def serve(scope: dict[str, Any], receive: Any, send: Any, thread: ThreadScope) -> None:
@@ -273,20 +266,15 @@ async def serve(scope: dict[str, Any], receive: Any, send: Any, thread: ThreadSc
     if message["type"] != "websocket.connect":
         return
     if not origin_allowed(scope):
-        await send({"type": "websocket.close", "code": CLOSE_BAD_ORIGIN})
+        await send({"type": "websocket.close"})  # before the accept: uvicorn answers HTTP 403
         return
     key = session_key(scope)
-    signed_in = False
-    if key is not None:
-        async with thread():
-            signed_in = await sync_to_async(_signed_in)(key)
     await send({"type": "websocket.accept"})
-    if not signed_in:
+    if key is None or not await _signed_in(key, thread):
         # Accepted only to say why, in a close code the page can read (a refused handshake
         # reaches a page as 1006 whatever the reason): it stops retrying and uses the endpoints.
         await send({"type": "websocket.close", "code": CLOSE_NOT_SIGNED_IN, "reason": MSG_SIGN_IN})
         return
-    assert key is not None
     channel = Channel(key, send, thread)
     try:
         while True:
