@@ -37,10 +37,7 @@ export function makeApi(csrfCookieName) {
       throw new ApiError(0, "The server could not be reached. Check your connection and try again.");
     }
     const data = await response.json().catch(() => null);
-    if (!response.ok) {
-      const code = typeof data?.code === "string" ? data.code : "";
-      throw new ApiError(response.status, detailOf(data) || `The server answered ${response.status}.`, code);
-    }
+    if (!response.ok) throw errorOf(response.status, data);
     return data;
   }
 
@@ -48,6 +45,12 @@ export function makeApi(csrfCookieName) {
     get: (url) => request("GET", url),
     post: (url, body) => request("POST", url, body ?? {}),
   };
+}
+
+/** The ApiError for a refusal's status and body (the endpoints' and the click channel's). */
+export function errorOf(status, data) {
+  const code = typeof data?.code === "string" ? data.code : "";
+  return new ApiError(status, detailOf(data) || `The server answered ${status}.`, code);
 }
 
 // ninja answers {detail: "..."} for our errors and {detail: [{msg, loc}]} for schema errors.

@@ -4,14 +4,14 @@
 // held back by the channel; either way it resolves with the same body or rejects with
 // the same ApiError.
 
-import { ApiError } from "./api.js";
+import { ApiError, errorOf } from "./api.js";
 
 // No reply this long after a click: the socket is taken for dead (a half-open connection).
 const REPLY_TIMEOUT_MS = 20000;
 const RETRY_MIN_MS = 1000;
+const RETRY_MAX_MS = 30000;
 // Under the server's WebSocket message limit (Makefile's UVICORN_WS, 4 MiB) in any encoding.
 const MAX_MESSAGE_CHARS = 1000000;
-const RETRY_MAX_MS = 30000;
 // The server's refusal of a page that is not signed in: the endpoints say why; no retrying.
 const FINAL_CLOSE_CODES = new Set([4401]);
 
@@ -105,13 +105,8 @@ export class ClickChannel {
     if (!waiting) return;
     this.waiting.delete(reply.id);
     window.clearTimeout(waiting.timer);
-    const data = reply.body ?? {};
-    if (reply.status >= 200 && reply.status < 300) {
-      waiting.resolve(data);
-      return;
-    }
-    const detail = typeof data.detail === "string" ? data.detail : `The server answered ${reply.status}.`;
-    waiting.reject(new ApiError(reply.status, detail, typeof data.code === "string" ? data.code : ""));
+    if (reply.status >= 200 && reply.status < 300) waiting.resolve(reply.body);
+    else waiting.reject(errorOf(reply.status, reply.body));
   }
 
   dropped(socket, code) {
