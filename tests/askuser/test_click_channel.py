@@ -40,6 +40,11 @@ def click(socket: ClientConnection, click_id: Any, kind: str, body: Any) -> dict
     return reply
 
 
+def alices_question(alice: Any) -> str:
+    """An open question in a new run of alice's, owned by this process as a supervised run is."""
+    return asyncio.run(open_question(asyncio.run(owned_run(alice))))
+
+
 @pytest.fixture
 def signed_in(app_server: LiveServer, alice: Any, bob: Any) -> Iterator[dict[str, httpx.Client]]:
     clients = {
@@ -54,8 +59,7 @@ def signed_in(app_server: LiveServer, alice: Any, bob: Any) -> Iterator[dict[str
 def test_an_answer_over_the_channel_is_recorded_and_acknowledged_with_the_endpoints_body(
     app_server: LiveServer, signed_in: dict[str, httpx.Client], alice: Any
 ) -> None:
-    run = asyncio.run(owned_run(alice))
-    question_id = asyncio.run(open_question(run))
+    question_id = alices_question(alice)
     with channel(app_server, signed_in["alice"]) as socket:
         reply = click(socket, 1, "answer", {"question_id": question_id, "selectedOptions": [0]})
     assert reply["id"] == 1 and reply["status"] == 200, reply
@@ -123,8 +127,7 @@ def test_a_page_that_is_not_signed_in_is_told_so_in_the_close_code(app_server: L
 def test_after_signing_out_a_click_on_the_open_socket_is_401_and_changes_nothing(
     app_server: LiveServer, signed_in: dict[str, httpx.Client], alice: Any
 ) -> None:
-    run = asyncio.run(owned_run(alice))
-    question_id = asyncio.run(open_question(run))
+    question_id = alices_question(alice)
     client = signed_in["alice"]
     with channel(app_server, client) as socket:
         assert client.post("/accounts/logout/").status_code == 302
@@ -136,8 +139,7 @@ def test_after_signing_out_a_click_on_the_open_socket_is_401_and_changes_nothing
 def test_bad_messages_get_the_endpoints_errors_and_the_socket_stays_usable(
     app_server: LiveServer, signed_in: dict[str, httpx.Client], alice: Any
 ) -> None:
-    run = asyncio.run(owned_run(alice))
-    question_id = asyncio.run(open_question(run))
+    question_id = alices_question(alice)
     with channel(app_server, signed_in["alice"]) as socket:
         socket.send("{not json")
         not_json = json.loads(socket.recv(timeout=10))
@@ -184,8 +186,7 @@ def test_no_other_websocket_is_served(app_server: LiveServer, signed_in: dict[st
 def test_a_click_whose_page_closes_before_the_reply_is_still_recorded(
     app_server: LiveServer, signed_in: dict[str, httpx.Client], alice: Any
 ) -> None:
-    run = asyncio.run(owned_run(alice))
-    question_id = asyncio.run(open_question(run))
+    question_id = alices_question(alice)
     with channel(app_server, signed_in["alice"]) as socket:
         socket.send(
             json.dumps({"id": 1, "kind": "answer", "body": {"question_id": question_id, "answer": "Yes"}})
@@ -222,8 +223,7 @@ def test_a_message_above_the_sockets_limit_ends_that_socket_only(
     with channel(app_server, signed_in["alice"]) as socket, pytest.raises(ConnectionClosed):
         socket.send(json.dumps({"id": 1, "kind": "answer", "body": {"answer": "x" * 5_000_000}}))
         socket.recv(timeout=10)
-    run = asyncio.run(owned_run(alice))
-    question_id = asyncio.run(open_question(run))
+    question_id = alices_question(alice)
     with channel(app_server, signed_in["alice"]) as socket:
         reply = click(socket, 2, "answer", {"question_id": question_id, "selectedOptions": [0]})
     assert reply["status"] == 200, reply
@@ -233,8 +233,7 @@ def test_an_origin_in_csrf_trusted_origins_may_connect_as_djangos_csrf_check_all
     app_server: LiveServer, signed_in: dict[str, httpx.Client], alice: Any, settings: Any
 ) -> None:
     settings.CSRF_TRUSTED_ORIGINS = ["https://pm.example.com"]
-    run = asyncio.run(owned_run(alice))
-    question_id = asyncio.run(open_question(run))
+    question_id = alices_question(alice)
     with channel(app_server, signed_in["alice"], origin="https://pm.example.com") as socket:
         reply = click(socket, 1, "answer", {"question_id": question_id, "selectedOptions": [0]})
     assert reply["status"] == 200, reply
