@@ -27,12 +27,14 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from redis import RedisError
 
 from core import events
 from core.after_response import after_response, give_way
 from core.errors import Conflict, Gone, Invalid, NotFound
 from core.prepared import PreparedGet
 from core.questions import Handoff, questions_from_tool_input
+from core.redis import outage_seen
 from core.tool_names import ASK_USER_QUESTION, FILE_EDIT_TOOLS
 from mcp_server.answers import CANCELLED, SUPERSEDED, TIMED_OUT
 from promptmgr.models import (
@@ -60,6 +62,8 @@ logger = logging.getLogger(__name__)
 
 # Tool inputs larger than this travel to the browser as their preview only.
 MAX_EVENT_INPUT_CHARS = 50_000
+
+DECIDED_STATUSES = (PermissionStatus.ALLOWED, PermissionStatus.DENIED)
 
 MSG_NOT_FOUND = "No such permission request."
 MSG_ALREADY_DECIDED = "This request was already decided."
@@ -342,12 +346,20 @@ async def permission_wait(
             # A decision brings its result along: the tool starts without a database trip.
             return dict(woken["result"])
         request = await sync_to_async(_load_for_run)(run_id, request_id)
+        popped = woken is not None
+    else:
+        popped = False
     assert request is not None
     if request.status == PermissionStatus.PENDING and request.expires_at <= timezone.now():
         await permission_close(request_id=request_id, status=PermissionStatus.EXPIRED)
         request = await sync_to_async(_load_for_run)(run_id, request_id)
     assert request is not None
-    return result_for(request)
+    result = result_for(request)
+    # Decided, and no wake taken on the way here: the decision's hand-off may never have
+    # reached Redis (it failed after the commit), so this poll takes it from the database.
+    if result is not None and not popped and request.status in DECIDED_STATUSES:
+        await _decision_from_database(request, result)
+    return result
 
 
 # --- Deciding -----------------------------------------------------------------------------
@@ -429,33 +441,46 @@ async def permission_decide(
     """Record the first decision and wake the waiting Claude turn.
 
     The wake carries the permission result, so the waiting side answers the CLI at once;
-    a poll retried later rebuilds the same result from the database.
+    a poll retried later rebuilds the same result from the database. Once the decision is
+    committed it stands: if Redis then fails its hand-off, the person is still told it was
+    recorded (a second try would only be 409), and the waiting side takes it from the
+    database when it polls again (``_decision_from_database``).
     """
     request = await sync_to_async(_decide)(request_id, user, decision, message.strip())
     remaining = max(1, int((request.expires_at - timezone.now()).total_seconds()))
     decided_at = request.decided_at or timezone.now()
-    event = {
-        "request_id": request_id,
-        "decision": request.decision,
-        "by": getattr(user, "username", ""),
-        "rule": request.rule or None,
-        "message": message.strip(),
-        "decided_at": decided_at.isoformat(),
-    }
-    # One transaction: the card's update, then the wake, so every page hears of the
-    # decision before anything the tool call does.
-    await live.answer_push(
-        request_id,
-        {"result": result_for(request)},
-        ttl=remaining + live.QUESTION_TTL_GRACE,
-        run_events=services.card_and_resume(request.run_id, "permission_decided", event),
-    )
-    # The waiting poll's reply usually lands with the push's: one turn of the loop lets it
-    # leave before this request's own response, which the person can wait for and Claude
-    # cannot (design notes, "The poll's reply before the person's").
-    await asyncio.sleep(0)
+    event = _decided_event(request, by=getattr(user, "username", ""), message=message.strip())
+    handed_over = True
+    try:
+        # One transaction: the card's update, then the wake, so every page hears of the
+        # decision before anything the tool call does. Not if a poll already took the
+        # decision from the database: its card's update went with that.
+        await live.answer_replace_unless_taken(
+            request_id,
+            {"result": result_for(request)},
+            ttl=remaining + live.QUESTION_TTL_GRACE,
+            run_events=services.card_and_resume(request.run_id, "permission_decided", event),
+        )
+    except RedisError as exc:
+        handed_over = False
+        outage_seen(exc)
+        logger.warning(
+            "permission request %s: the decision is stored but Redis failed its hand-off; "
+            "Claude gets it from the database when it polls again",
+            request_id,
+        )
+    else:
+        # The waiting poll's reply usually lands with the push's: one turn of the loop lets
+        # it leave before this request's own response, which the person can wait for and
+        # Claude cannot (design notes, "The poll's reply before the person's").
+        await asyncio.sleep(0)
 
     async def bookkeeping() -> None:
+        if not handed_over:
+            # Database only, so an "Always allow" rule is not lost with the hand-off; the
+            # pending mark goes when the waiting side takes the decision.
+            await sync_to_async(_after_decision)(request)
+            return
         await give_way()
         await sync_to_async(_after_decision)(request)
         await live.permission_pending_remove(request.run_id, request_id)
@@ -468,6 +493,46 @@ async def permission_decide(
         "rule": request.rule or None,
         "decided_at": decided_at,
     }
+
+
+def _decided_event(request: PermissionRequest, *, by: str, message: str) -> dict[str, Any]:
+    """The card's update (``permission_decided``) for a person's decision."""
+    decided_at = request.decided_at or timezone.now()
+    return {
+        "request_id": str(request.request_id),
+        "decision": request.decision,
+        "by": by,
+        "rule": request.rule or None,
+        "message": message,
+        "decided_at": decided_at.isoformat(),
+    }
+
+
+def _stored_decided_event(request: PermissionRequest) -> dict[str, Any]:
+    """``_decided_event`` rebuilt from the stored row (it reads ``decided_by``). The person's
+    own words are what follows the deny sentence's prefix; a policy's decision says so."""
+    prefix = DENIED_WITH.format(tool=request.tool_name, message="")
+    words = request.message[len(prefix) :] if request.message.startswith(prefix) else ""
+    if request.decided_by_policy:
+        return {**_decided_event(request, by="policy", message=words), "by_policy": True}
+    return _decided_event(request, by=getattr(request.decided_by, "username", ""), message=words)
+
+
+async def _decision_from_database(request: PermissionRequest, result: dict[str, Any]) -> None:
+    """Take a decision the waiting side found in the database once, as its hand-off would
+    have been (``live.answer_take_stored``). If that hand-off never reached Redis, the card's
+    update goes to every page now; one that came, or an earlier poll's take, leaves the
+    events as they are. The run's status and the pending mark are set again either way
+    (both are idempotent), as the decision's own bookkeeping may have failed with Redis."""
+    event = await sync_to_async(_stored_decided_event)(request)
+    request_id = str(request.request_id)
+    await live.answer_take_stored(
+        request_id,
+        {"result": result},
+        run_events=services.card_and_resume(request.run_id, "permission_decided", event),
+    )
+    await sync_to_async(services.resume_if_idle_locked)(request.run_id)
+    await live.permission_pending_remove(request.run_id, request_id)
 
 
 # --- Closing ------------------------------------------------------------------------------

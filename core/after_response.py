@@ -2,7 +2,7 @@
 
 A person's decision is acknowledged once it is stored and handed to the waiting Claude
 turn, with the card's events in the hand-off's own transaction
-(``askuser.live.answer_push``); a person's answer once it is committed, its hand-off (with
+(``askuser.live.answer_replace_unless_taken``); a person's answer once it is committed, its hand-off (with
 the card's events) following the response (answer → Claude has room to spare against its
 target; decision → tool running has not). What Claude does not wait for (the run's resume
 in the database, the question cache's or pending set's clean-up, an always-allow rule for
@@ -27,7 +27,8 @@ move (a new card, its end), and the clean-ups to their keys' TTLs.
 This adds no window in which work can be lost: the same steps used to run after the same
 commit, only before the acknowledgement instead of after it. An answer's hand-off that
 never comes (the process died, Redis failed it) is taken from the database by Claude's next
-poll (``askuser.services.answer_wait``).
+poll (``askuser.services.answer_wait``), and so is a decision's
+(``askuser.approvals.permission_wait``).
 """
 
 from __future__ import annotations
