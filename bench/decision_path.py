@@ -65,19 +65,21 @@ def _instrument(marks: dict[str, int]) -> None:
 
         return wrapper
 
-    decide, push = approvals.permission_decide, live.answer_push
+    # A decision's hand-off is the unless-taken kind (approvals.permission_decide).
+    decide, push = approvals.permission_decide, live.answer_replace_unless_taken
 
     async def timed_decide(**kwargs: Any) -> Any:
         marks["view"] = time.perf_counter_ns()
         return await decide(**kwargs)
 
-    async def timed_push(*args: Any, **kwargs: Any) -> None:
-        await push(*args, **kwargs)
+    async def timed_push(*args: Any, **kwargs: Any) -> bool:
+        handed = await push(*args, **kwargs)
         marks["pushed"] = time.perf_counter_ns()
+        return handed
 
     approvals._decide = timed_sync("written", approvals._decide)
     approvals.permission_decide = timed_decide
-    live.answer_push = timed_push
+    live.answer_replace_unless_taken = timed_push
 
 
 async def _rounds(
