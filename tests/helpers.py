@@ -187,6 +187,19 @@ PROCEED = {
     "multiSelect": False,
 }
 BASH_CALL = {"command": "npm test", "description": "Run the tests"}
+# What Claude gets for BASH_CALL allowed always: the call, and the rule for the rest of its turn.
+BASH_CALL_ALWAYS_RESULT = {
+    "behavior": "allow",
+    "updatedInput": BASH_CALL,
+    "updatedPermissions": [
+        {
+            "type": "addRules",
+            "rules": [{"toolName": "Bash", "ruleContent": "npm test:*"}],
+            "behavior": "allow",
+            "destination": "session",
+        }
+    ],
+}
 
 
 async def open_question(run: Any, source: str = "mcp") -> str:

@@ -17,22 +17,9 @@ from askuser import approvals, live
 from askuser.models import PermissionRequest, PermissionStatus
 from core import events
 from promptmgr.models import PermissionRule, Run, RunStatus
-from tests.helpers import BASH_CALL, PrivateRedis, ask_permission, owned_run
+from tests.helpers import BASH_CALL, BASH_CALL_ALWAYS_RESULT, PrivateRedis, ask_permission, owned_run
 
 pytestmark = pytest.mark.unit
-
-ALWAYS_RESULT = {
-    "behavior": "allow",
-    "updatedInput": BASH_CALL,
-    "updatedPermissions": [
-        {
-            "type": "addRules",
-            "rules": [{"toolName": "Bash", "ruleContent": "npm test:*"}],
-            "behavior": "allow",
-            "destination": "session",
-        }
-    ],
-}
 
 
 async def decide_as(user: Any, request_id: str, decision: str, **extra: Any) -> Any:
@@ -45,6 +32,21 @@ async def decide_as(user: Any, request_id: str, decision: str, **extra: Any) -> 
     )
 
 
+async def decide_while_redis_is_down(
+    private_redis: PrivateRedis, user: Any, decision: str, **extra: Any
+) -> tuple[Run, str, Any]:
+    """A run of ``user``'s with a permission card, decided with the app's Redis stopped (it
+    is started again before this returns): the run, the request and the decision's response."""
+    run = await owned_run(user)
+    request_id = await ask_permission(run)
+    private_redis.stop()
+    try:
+        response = await decide_as(user, request_id, decision, **extra)
+    finally:
+        private_redis.start()
+    return run, request_id, response
+
+
 async def decided_events(run: Run) -> list[dict[str, Any]]:
     return [e.data for e in await events.read_events(run.pk, 0) if e.event == "permission_decided"]
 
@@ -53,14 +55,7 @@ async def decided_events(run: Run) -> list[dict[str, Any]]:
 async def test_a_decision_made_while_redis_is_down_is_recorded_and_reaches_claude_once_it_is_back(
     transactional_db: Any, alice: Any, private_redis: PrivateRedis
 ) -> None:
-    run = await owned_run(alice)
-    request_id = await ask_permission(run)
-
-    private_redis.stop()
-    try:
-        response = await decide_as(alice, request_id, "always")
-    finally:
-        private_redis.start()
+    run, request_id, response = await decide_while_redis_is_down(private_redis, alice, "always")
 
     # Recorded, and said so: a second try would only be 409.
     assert response.status_code == 200, response.content
@@ -75,13 +70,13 @@ async def test_a_decision_made_while_redis_is_down_is_recorded_and_reaches_claud
     # Claude's next poll takes it from the database, and every page hears of it then.
     result = await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.5)
 
-    assert result == ALWAYS_RESULT
+    assert result == BASH_CALL_ALWAYS_RESULT
     [decided] = await decided_events(run)
     assert (decided["decision"], decided["by"], decided["rule"]) == ("always", "alice", "Bash(npm test:*)")
     assert not await live.permissions_pending(run.pk)
     # A retried poll gets the same result, and the pages hear of it only once.
     again = await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.5)
-    assert again == ALWAYS_RESULT
+    assert again == BASH_CALL_ALWAYS_RESULT
     assert len(await decided_events(run)) == 1
 
 
@@ -89,14 +84,9 @@ async def test_a_decision_made_while_redis_is_down_is_recorded_and_reaches_claud
 async def test_a_deny_taken_from_the_database_shows_the_persons_own_words_on_the_card(
     transactional_db: Any, alice: Any, private_redis: PrivateRedis
 ) -> None:
-    run = await owned_run(alice)
-    request_id = await ask_permission(run)
-
-    private_redis.stop()
-    try:
-        response = await decide_as(alice, request_id, "deny", message="Use make check instead.")
-    finally:
-        private_redis.start()
+    run, request_id, response = await decide_while_redis_is_down(
+        private_redis, alice, "deny", message="Use make check instead."
+    )
 
     assert response.status_code == 200, response.content
     result = await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.5)
@@ -118,13 +108,7 @@ async def test_a_poll_that_took_the_decision_from_the_database_keeps_a_late_hand
 ) -> None:
     """The poll read the decision between its commit and its hand-off: the hand-off that
     follows neither wakes anyone nor shows the card's update a second time."""
-    run = await owned_run(alice)
-    request_id = await ask_permission(run)
-    private_redis.stop()
-    try:
-        await decide_as(alice, request_id, "allow")
-    finally:
-        private_redis.start()
+    run, request_id, _ = await decide_while_redis_is_down(private_redis, alice, "allow")
     assert await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.5) == {
         "behavior": "allow",
         "updatedInput": BASH_CALL,

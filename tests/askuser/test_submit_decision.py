@@ -23,7 +23,14 @@ from askuser.models import PermissionRequest
 from core import events
 from promptmgr.models import PermissionRule, Run, RunStatus
 from promptmgr.workspaces import workspace_path
-from tests.helpers import BASH_CALL, ask_permission, make_project, make_run, owned_run
+from tests.helpers import (
+    BASH_CALL,
+    BASH_CALL_ALWAYS_RESULT,
+    ask_permission,
+    make_project,
+    make_run,
+    owned_run,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -117,18 +124,7 @@ async def test_always_allow_stores_the_rule_writes_the_workspace_and_applies_it_
     response = await decide(await signed_in(alice), request_id, "always")
 
     assert response.json()["rule"] == "Bash(npm test:*)"
-    assert await result_of(run, request_id) == {
-        "behavior": "allow",
-        "updatedInput": BASH_CALL,
-        "updatedPermissions": [
-            {
-                "type": "addRules",
-                "rules": [{"toolName": "Bash", "ruleContent": "npm test:*"}],
-                "behavior": "allow",
-                "destination": "session",
-            }
-        ],
-    }
+    assert await result_of(run, request_id) == BASH_CALL_ALWAYS_RESULT
     rule = await PermissionRule.objects.select_related("added_by").aget()
     assert (rule.rule, rule.added_by) == ("Bash(npm test:*)", alice)
     project = await sync_to_async(lambda: run.conversation.project)()
