@@ -523,16 +523,27 @@ async def _decision_from_database(request: PermissionRequest, result: dict[str, 
     have been (``live.answer_take_stored``). If that hand-off never reached Redis, the card's
     update goes to every page now; one that came, or an earlier poll's take, leaves the
     events as they are. The run's status and the pending mark are set again either way
-    (both are idempotent), as the decision's own bookkeeping may have failed with Redis."""
+    (both are idempotent), as the decision's own bookkeeping may have failed with Redis.
+
+    Redis still down does not hold Claude back: the decision is returned all the same, and
+    only the pages miss its card's update."""
+    await sync_to_async(services.resume_if_idle_locked)(request.run_id)
     event = await sync_to_async(_stored_decided_event)(request)
     request_id = str(request.request_id)
-    await live.answer_take_stored(
-        request_id,
-        {"result": result},
-        run_events=services.card_and_resume(request.run_id, "permission_decided", event),
-    )
-    await sync_to_async(services.resume_if_idle_locked)(request.run_id)
-    await live.permission_pending_remove(request.run_id, request_id)
+    try:
+        await live.answer_take_stored(
+            request_id,
+            {"result": result},
+            run_events=services.card_and_resume(request.run_id, "permission_decided", event),
+        )
+        await live.permission_pending_remove(request.run_id, request_id)
+    except RedisError as exc:
+        outage_seen(exc)
+        logger.warning(
+            "permission request %s: Claude gets its decision from the database; with Redis "
+            "unreachable its card's update reaches no page",
+            request_id,
+        )
 
 
 # --- Closing ------------------------------------------------------------------------------

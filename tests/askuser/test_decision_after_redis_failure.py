@@ -81,6 +81,23 @@ async def test_a_decision_made_while_redis_is_down_is_recorded_and_reaches_claud
 
 
 @pytest.mark.asyncio
+async def test_while_redis_is_still_down_claude_gets_the_decision_from_the_database(
+    transactional_db: Any, alice: Any, private_redis: PrivateRedis
+) -> None:
+    run, request_id, response = await decide_while_redis_is_down(private_redis, alice, "always")
+    assert response.status_code == 200, response.content
+
+    private_redis.stop()
+    try:
+        result = await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.5)
+    finally:
+        private_redis.start()
+
+    assert result == BASH_CALL_ALWAYS_RESULT
+    assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
+
+
+@pytest.mark.asyncio
 async def test_a_deny_taken_from_the_database_shows_the_persons_own_words_on_the_card(
     transactional_db: Any, alice: Any, private_redis: PrivateRedis
 ) -> None:
