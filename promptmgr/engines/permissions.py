@@ -28,10 +28,12 @@ from claude_agent_sdk import (
     ToolPermissionContext,
 )
 from claude_agent_sdk.types import PermissionRuleValue
+from redis import RedisError
 
 from askuser import facade as askuser
 from askuser.facade import QuestionSource
 from core.errors import DomainError, Invalid
+from core.redis import outage_seen
 from core.tool_names import ASK_USER_QUESTION, FILE_EDIT_TOOLS
 from mcp_server.answers import CANCELLED, RUN_ENDED
 from promptmgr.models import PermissionMode
@@ -41,6 +43,10 @@ logger = logging.getLogger(__name__)
 PATH_KEYS = ("file_path", "notebook_path")
 # How long one wait for the answer lasts before the stop flag and the expiry are checked again.
 WAIT_SLICE = 1.0
+# While Redis is unreachable the wait is tried again after these pauses, doubling, as the
+# CLI engine's MCP server polls again through a 503 (mcp_server.relay_http).
+OUTAGE_PAUSE_START = 0.2
+OUTAGE_PAUSE_MAX = 2.0
 
 MSG_NOT_GRANTED = "Claude requested permissions to use {tool}, but you haven't granted it yet."
 MSG_WRITE_NOT_GRANTED = "Claude requested permissions to write to {path}, but you haven't granted it yet."
@@ -126,12 +132,23 @@ class PermissionGate:
         """The permission result, or None once the run is being stopped.
 
         ``permission_wait`` reads the request's expiry from the database on every turn and
-        expires it when the time is up, just as the MCP engine's long-poll does.
+        expires it when the time is up, just as the MCP engine's long-poll does. A Redis
+        outage does not end the wait: a person can still decide (the decision is stored in
+        the database), and the wait takes it from there.
         """
+        pause = OUTAGE_PAUSE_START
         while not self.stopping.is_set():
-            result = await askuser.permission_wait(
-                run_id=self.run_id, request_id=request_id, wait_seconds=WAIT_SLICE
-            )
+            try:
+                result = await askuser.permission_wait(
+                    run_id=self.run_id, request_id=request_id, wait_seconds=WAIT_SLICE
+                )
+            except RedisError as exc:
+                outage_seen(exc)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), pause)
+                pause = min(pause * 2, OUTAGE_PAUSE_MAX)
+                continue
+            pause = OUTAGE_PAUSE_START
             if result is not None:
                 return result
         return None

@@ -1,0 +1,57 @@
+"""The SDK engine's permission gate through a Redis outage while a person decides.
+
+The gate runs against the test database and a Redis of the test's own (``private_redis``),
+stopped while the gate waits; no CLI runs. The CLI engine's MCP server polls again through
+the outage (a 503 from poll-decision); the SDK engine's wait does the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from claude_agent_sdk import PermissionResultAllow, ToolPermissionContext
+
+from askuser import approvals
+from askuser.models import PermissionRequest
+from promptmgr.engines.permissions import PermissionGate
+from tests.helpers import BASH_CALL, PrivateRedis, make_run
+
+pytestmark = pytest.mark.unit
+
+
+async def nothing_to_catch_up() -> None:
+    return None
+
+
+@pytest.mark.asyncio
+async def test_a_decision_made_during_a_redis_outage_reaches_the_waiting_sdk_turn(
+    transactional_db: Any, alice: Any, private_redis: PrivateRedis
+) -> None:
+    run = await sync_to_async(make_run)(owner=alice)
+    gate = PermissionGate(
+        run_id=run.pk,
+        permission_mode="default",
+        ask_user=True,
+        stopping=asyncio.Event(),
+        caught_up=nothing_to_catch_up,
+    )
+    asking = asyncio.create_task(gate.can_use_tool("Bash", BASH_CALL, ToolPermissionContext()))
+    while not await PermissionRequest.objects.filter(run=run).aexists():
+        await asyncio.sleep(0.05)
+    request = await PermissionRequest.objects.aget(run=run)
+
+    await asyncio.to_thread(private_redis.stop)
+    try:
+        # The gate's wait meets the outage before and after the person decides.
+        await asyncio.sleep(1.0)
+        assert not asking.done(), asking.result()
+        await approvals.permission_decide(request_id=str(request.request_id), user=alice, decision="allow")
+        result = await asyncio.wait_for(asking, timeout=10)
+    finally:
+        await asyncio.to_thread(private_redis.start)
+
+    assert isinstance(result, PermissionResultAllow), result
+    assert result.updated_input == BASH_CALL
