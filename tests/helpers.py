@@ -19,6 +19,7 @@ import redis
 from core.tool_names import MCP_ASK_USER
 
 if TYPE_CHECKING:
+    from promptmgr.engines.permissions import PermissionGate
     from tests.conftest import LiveServer
 
 
@@ -471,3 +472,21 @@ def new_context(browser: Any, **options: Any) -> Any:
     context = browser.new_context(**options)
     context.set_default_timeout(PAGE_WAIT_MS)
     return context
+
+
+async def _nothing_to_catch_up() -> None:
+    return None
+
+
+def sdk_gate(run_id: int) -> PermissionGate:
+    """The SDK engine's ``can_use_tool`` gate of a run in the default mode with ask-user on,
+    with no supervisor ahead of it (nothing to catch up on before a card)."""
+    from promptmgr.engines.permissions import PermissionGate
+
+    return PermissionGate(
+        run_id=run_id,
+        permission_mode="default",
+        ask_user=True,
+        stopping=asyncio.Event(),
+        caught_up=_nothing_to_catch_up,
+    )

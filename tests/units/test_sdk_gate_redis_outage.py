@@ -16,14 +16,9 @@ from claude_agent_sdk import PermissionResultAllow, ToolPermissionContext
 
 from askuser import approvals
 from askuser.models import PermissionRequest
-from promptmgr.engines.permissions import PermissionGate
-from tests.helpers import BASH_CALL, PrivateRedis, make_run
+from tests.helpers import BASH_CALL, PrivateRedis, make_run, sdk_gate
 
 pytestmark = pytest.mark.unit
-
-
-async def nothing_to_catch_up() -> None:
-    return None
 
 
 @pytest.mark.asyncio
@@ -31,13 +26,7 @@ async def test_a_decision_made_during_a_redis_outage_reaches_the_waiting_sdk_tur
     transactional_db: Any, alice: Any, private_redis: PrivateRedis
 ) -> None:
     run = await sync_to_async(make_run)(owner=alice)
-    gate = PermissionGate(
-        run_id=run.pk,
-        permission_mode="default",
-        ask_user=True,
-        stopping=asyncio.Event(),
-        caught_up=nothing_to_catch_up,
-    )
+    gate = sdk_gate(run.pk)
     asking = asyncio.create_task(gate.can_use_tool("Bash", BASH_CALL, ToolPermissionContext()))
     while not await PermissionRequest.objects.filter(run=run).aexists():
         await asyncio.sleep(0.05)

@@ -17,16 +17,11 @@ from askuser.models import Question, QuestionSource
 from core.questions import QuestionSpec
 from core.tool_names import ASK_USER_QUESTION
 from mcp_server.answers import SUPERSEDED
-from promptmgr.engines.permissions import PermissionGate
-from tests.helpers import make_run
+from tests.helpers import make_run, sdk_gate
 
 pytestmark = pytest.mark.unit
 
 ASKED = {"questions": [{"question": "Which database?", "header": "DB", "options": [], "multiSelect": False}]}
-
-
-async def nothing_to_catch_up() -> None:
-    return None
 
 
 @pytest.mark.asyncio
@@ -34,13 +29,7 @@ async def test_a_superseded_question_is_denied_with_the_superseded_sentence(
     transactional_db: Any, alice: Any
 ) -> None:
     run = await sync_to_async(make_run)(owner=alice)
-    gate = PermissionGate(
-        run_id=run.pk,
-        permission_mode="default",
-        ask_user=True,
-        stopping=asyncio.Event(),
-        caught_up=nothing_to_catch_up,
-    )
+    gate = sdk_gate(run.pk)
     asking = asyncio.create_task(gate.can_use_tool(ASK_USER_QUESTION, ASKED, ToolPermissionContext()))
     while not await Question.objects.filter(run=run).aexists():
         await asyncio.sleep(0.05)
