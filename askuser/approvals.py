@@ -32,7 +32,7 @@ from redis import RedisError
 from core import events
 from core.after_response import after_response, give_way
 from core.errors import Conflict, Gone, Invalid, NotFound
-from core.prepared import PreparedGet
+from core.prepared import PreparedGet, PreparedRows
 from core.questions import Handoff, questions_from_tool_input
 from core.redis import outage_seen
 from core.tool_names import ASK_USER_QUESTION, FILE_EDIT_TOOLS
@@ -160,6 +160,14 @@ run_for_new_request: PreparedGet[Run] = PreparedGet(
 )
 
 
+# The run's pending requests by tool call, compiled once: on the card's way, like the above.
+pending_tool_use_ids: PreparedRows[PermissionRequest] = PreparedRows(
+    lambda: PermissionRequest.objects.pending().order_by().values_list("pk", "tool_use_id"),
+    "run",
+    placeholder=0,
+)
+
+
 def _create(
     run_id: int, source: str, tool_name: str, tool_input: dict[str, Any], tool_use_id: str
 ) -> tuple[PermissionRequest, int]:
@@ -169,6 +177,15 @@ def _create(
             raise Gone(services.MSG_RUN_FINISHED, code="run_finished")
         project = run.conversation.project
         timeout = int(project.ask_user_timeout)
+        # The same tool call asked again: its request was stored, but Redis failed to show
+        # its card, so the relay was answered 503 and posted it again (the SDK engine asks
+        # again the same way). It is the request already stored, not a second one that
+        # would keep the run waiting on a card nobody sees.
+        same_call = [
+            pk for pk, use_id in pending_tool_use_ids.rows(run_id) if tool_use_id and use_id == tool_use_id
+        ]
+        if same_call:
+            return PermissionRequest.objects.get(pk=same_call[0]), timeout
         root = Path(run.workdir) if run.workdir else None
         refused = _plan_mode_refusal(project, tool_name, tool_input)
         if refused:

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -218,8 +219,12 @@ async def open_question(run: Any, source: str = "mcp") -> str:
     return str(card["question_id"])
 
 
-async def ask_permission(run: Any, tool_name: str = "Bash", tool_input: dict[str, Any] | None = None) -> str:
-    """A tool call of ``run`` that waits for a person (``BASH_CALL`` unless told); its request id."""
+async def ask_permission(
+    run: Any, tool_name: str = "Bash", tool_input: dict[str, Any] | None = None, *, tool_use_id: str = ""
+) -> str:
+    """A tool call of ``run`` that waits for a person (``BASH_CALL`` unless told); its request id.
+    Each call is a tool call of its own (a new ``tool_use_id`` unless told): the same id
+    asked again is the same request (``approvals._create``)."""
     from askuser import approvals
     from askuser.models import QuestionSource
 
@@ -228,7 +233,7 @@ async def ask_permission(run: Any, tool_name: str = "Bash", tool_input: dict[str
         source=QuestionSource.MCP,
         tool_name=tool_name,
         tool_input=tool_input if tool_input is not None else BASH_CALL,
-        tool_use_id="toolu_1",
+        tool_use_id=tool_use_id or f"toolu_{uuid.uuid4().hex[:12]}",
     )
     return str(created["request_id"])
 

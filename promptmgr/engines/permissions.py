@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from claude_agent_sdk import (
     PermissionResultAllow,
@@ -54,6 +54,7 @@ MSG_QUESTIONS_OFF = "Asking the user is switched off for this project. Proceed w
 MSG_ASK_FAILED = "Could not ask the user ({error}). Proceed with your best judgment."
 
 PermissionResult = PermissionResultAllow | PermissionResultDeny
+T = TypeVar("T")
 
 
 def refusal(tool_name: str, tool_input: dict[str, Any], *, permission_mode: str) -> str:
@@ -104,18 +105,27 @@ class PermissionGate:
 
     async def _ask(self, tool_name: str, tool_input: dict[str, Any], tool_use_id: str) -> PermissionResult:
         await self.caught_up()
-        try:
-            created = await askuser.permission_request_create(
+
+        def ask() -> Awaitable[dict[str, Any]]:
+            return askuser.permission_request_create(
                 run_id=self.run_id,
                 source=QuestionSource.SDK,
                 tool_name=tool_name,
                 tool_input=tool_input,
                 tool_use_id=tool_use_id,
             )
+
+        try:
+            # Asked again while Redis is unreachable, with the call's tool_use_id (the CLI
+            # always sends one): the request may be stored already, and the same id shows
+            # that one rather than a second (approvals._create).
+            created = await (self._through_outage(ask) if tool_use_id else ask())
         except Invalid as exc:
             return PermissionResultDeny(message=exc.detail)
         except DomainError:
             return PermissionResultDeny(message=RUN_ENDED)
+        if created is None:
+            return PermissionResultDeny(message=CANCELLED)
         request_id = str(created["request_id"])
         try:
             result = await self._wait(request_id)
@@ -136,21 +146,27 @@ class PermissionGate:
         outage does not end the wait: a person can still decide (the decision is stored in
         the database), and the wait takes it from there.
         """
+        while not self.stopping.is_set():
+            result = await self._through_outage(
+                lambda: askuser.permission_wait(
+                    run_id=self.run_id, request_id=request_id, wait_seconds=WAIT_SLICE
+                )
+            )
+            if result is not None:
+                return result
+        return None
+
+    async def _through_outage(self, step: Callable[[], Awaitable[T]]) -> T | None:
+        """``step()``, tried again while Redis is unreachable; None once the run is stopping."""
         pause = OUTAGE_PAUSE_START
         while not self.stopping.is_set():
             try:
-                result = await askuser.permission_wait(
-                    run_id=self.run_id, request_id=request_id, wait_seconds=WAIT_SLICE
-                )
+                return await step()
             except RedisError as exc:
                 outage_seen(exc)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stopping.wait(), pause)
                 pause = min(pause * 2, OUTAGE_PAUSE_MAX)
-                continue
-            pause = OUTAGE_PAUSE_START
-            if result is not None:
-                return result
         return None
 
 

@@ -56,10 +56,13 @@ def test_a_tool_calls_card_reads_its_run_once_and_writes_the_card_and_the_runs_s
     with CaptureQueriesContext(connection) as queries:
         request, timeout = approvals._create(run.pk, QuestionSource.MCP, "Bash", {"command": "ls"}, "toolu_1")
 
-    assert statements(queries) == ["SELECT", "INSERT", "UPDATE"]
+    # The second read is the run's pending tool calls, so that one asked again (its card
+    # failed with Redis, its relay retried) is the request already stored.
+    assert statements(queries) == ["SELECT", "SELECT", "INSERT", "UPDATE"]
     assert timeout == project.ask_user_timeout
     assert request.preview == {"type": "bash", "command": "ls", "description": ""}
-    [load] = selects(queries)
+    [load, pending] = selects(queries)
+    assert columns(pending, "askuser_permissionrequest") == {"id", "tool_use_id"}
     assert columns(load, "promptmgr_run") == {"id", "conversation_id", "status", "workdir"}
     assert columns(load, "promptmgr_project") == {
         "id",

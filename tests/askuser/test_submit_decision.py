@@ -59,7 +59,7 @@ async def test_a_tool_call_becomes_a_card_and_the_run_waits_for_a_person(
 ) -> None:
     run = await owned_run(alice)
 
-    request_id = await ask_permission(run)
+    request_id = await ask_permission(run, tool_use_id="toolu_1")
 
     [card] = [e.data for e in await events.read_events(run.pk, 0) if e.event == "permission_request"]
     assert card["request_id"] == request_id
@@ -324,6 +324,19 @@ async def test_the_runs_end_cancels_open_requests_and_claude_is_told_no(
         }
     response = await decide(await signed_in(alice), first, "allow")
     assert response.status_code == 410 and response.json()["code"] == "cancelled"
+
+
+@pytest.mark.asyncio
+async def test_the_same_tool_call_asked_again_is_the_same_request(transactional_db: Any, alice: Any) -> None:
+    """A relay posts a tool call again after a 503 that came once it was stored (Redis
+    failed its card): no second request keeps the run waiting on a card nobody sees."""
+    run = await owned_run(alice)
+
+    first = await ask_permission(run, tool_use_id="toolu_again")
+    again = await ask_permission(run, tool_use_id="toolu_again")
+
+    assert again == first
+    assert await PermissionRequest.objects.filter(run=run).acount() == 1
 
 
 @pytest.mark.asyncio

@@ -11,12 +11,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from asgiref.sync import sync_to_async
 from claude_agent_sdk import PermissionResultAllow, ToolPermissionContext
 
 from askuser import approvals
 from askuser.models import PermissionRequest
-from tests.helpers import BASH_CALL, PrivateRedis, make_run, sdk_gate
+from core import events
+from tests.helpers import BASH_CALL, PrivateRedis, owned_run, sdk_gate
 
 pytestmark = pytest.mark.unit
 
@@ -25,9 +25,11 @@ pytestmark = pytest.mark.unit
 async def test_a_decision_made_during_a_redis_outage_reaches_the_waiting_sdk_turn(
     transactional_db: Any, alice: Any, private_redis: PrivateRedis
 ) -> None:
-    run = await sync_to_async(make_run)(owner=alice)
+    run = await owned_run(alice)
     gate = sdk_gate(run.pk)
-    asking = asyncio.create_task(gate.can_use_tool("Bash", BASH_CALL, ToolPermissionContext()))
+    asking = asyncio.create_task(
+        gate.can_use_tool("Bash", BASH_CALL, ToolPermissionContext(tool_use_id="toolu_1"))
+    )
     while not await PermissionRequest.objects.filter(run=run).aexists():
         await asyncio.sleep(0.05)
     request = await PermissionRequest.objects.aget(run=run)
@@ -44,3 +46,31 @@ async def test_a_decision_made_during_a_redis_outage_reaches_the_waiting_sdk_tur
 
     assert isinstance(result, PermissionResultAllow), result
     assert result.updated_input == BASH_CALL
+
+
+@pytest.mark.asyncio
+async def test_a_tool_call_that_arrives_during_a_redis_outage_gets_one_card_once_redis_is_back(
+    transactional_db: Any, alice: Any, private_redis: PrivateRedis
+) -> None:
+    run = await owned_run(alice)
+    gate = sdk_gate(run.pk)
+
+    await asyncio.to_thread(private_redis.stop)
+    try:
+        asking = asyncio.create_task(
+            gate.can_use_tool("Bash", BASH_CALL, ToolPermissionContext(tool_use_id="toolu_1"))
+        )
+        # Its request is stored, its card cannot be shown: the gate asks again, not denies.
+        await asyncio.sleep(1.5)
+        assert not asking.done(), asking.result()
+    finally:
+        await asyncio.to_thread(private_redis.start)
+    while not [e for e in await events.read_events(run.pk, 0) if e.event == "permission_request"]:
+        await asyncio.sleep(0.05)
+
+    [request] = [r async for r in PermissionRequest.objects.filter(run=run)]
+    cards = [e.data for e in await events.read_events(run.pk, 0) if e.event == "permission_request"]
+    assert [c["request_id"] for c in cards] == [str(request.request_id)]
+    await approvals.permission_decide(request_id=str(request.request_id), user=alice, decision="allow")
+    result = await asyncio.wait_for(asking, timeout=10)
+    assert isinstance(result, PermissionResultAllow), result
