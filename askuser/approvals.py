@@ -181,11 +181,11 @@ def _create(
         # its card, so the relay was answered 503 and posted it again (the SDK engine asks
         # again the same way). It is the request already stored, not a second one that
         # would keep the run waiting on a card nobody sees.
-        same_call = [
-            pk for pk, use_id in pending_tool_use_ids.rows(run_id) if tool_use_id and use_id == tool_use_id
-        ]
-        if same_call:
-            return PermissionRequest.objects.get(pk=same_call[0]), timeout
+        if tool_use_id:
+            rows = pending_tool_use_ids.rows(run_id)
+            same_call = next((pk for pk, use_id in rows if use_id == tool_use_id), None)
+            if same_call is not None:
+                return PermissionRequest.objects.get(pk=same_call), timeout
         root = Path(run.workdir) if run.workdir else None
         refused = _plan_mode_refusal(project, tool_name, tool_input)
         if refused:
@@ -355,6 +355,7 @@ async def permission_wait(
             raise NotFound(MSG_NOT_FOUND)
         return await _question_wait(question, wait_seconds, releasable=releasable)
     remaining = (request.expires_at - timezone.now()).total_seconds()
+    woken: dict[str, Any] | None = None
     if request.status == PermissionStatus.PENDING and remaining > 0:
         woken = await live.answer_pop(
             request_id, wait_seconds=min(wait_seconds, remaining), releasable=releasable
@@ -363,9 +364,6 @@ async def permission_wait(
             # A decision brings its result along: the tool starts without a database trip.
             return dict(woken["result"])
         request = await sync_to_async(_load_for_run)(run_id, request_id)
-        popped = woken is not None
-    else:
-        popped = False
     assert request is not None
     if request.status == PermissionStatus.PENDING and request.expires_at <= timezone.now():
         await permission_close(request_id=request_id, status=PermissionStatus.EXPIRED)
@@ -374,7 +372,7 @@ async def permission_wait(
     result = result_for(request)
     # Decided, and no wake taken on the way here: the decision's hand-off may never have
     # reached Redis (it failed after the commit), so this poll takes it from the database.
-    if result is not None and not popped and request.status in DECIDED_STATUSES:
+    if result is not None and woken is None and request.status in DECIDED_STATUSES:
         await _decision_from_database(request, result)
     return result
 

@@ -2,12 +2,13 @@
 
 A person's decision is acknowledged once it is stored and handed to the waiting Claude
 turn, with the card's events in the hand-off's own transaction
-(``askuser.live.answer_replace_unless_taken``); a person's answer once it is committed, its hand-off (with
-the card's events) following the response (answer → Claude has room to spare against its
-target; decision → tool running has not). What Claude does not wait for (the run's resume
-in the database, the question cache's or pending set's clean-up, an always-allow rule for
-later runs) follows the response instead of delaying it. bench/askuser_latency.py and
-bench/approval_latency.py measure the acknowledgement (target: 3 ms p50).
+(``askuser.live.answer_replace_unless_taken``); a person's answer once it is committed,
+its hand-off (with the card's events) following the response (answer → Claude has room
+to spare against its target; decision → tool running has not). What Claude does not wait
+for (the run's resume in the database, the question cache's or pending set's clean-up, an
+always-allow rule for later runs) follows the response instead of delaying it.
+bench/askuser_latency.py and bench/approval_latency.py measure the acknowledgement
+(target: 3 ms p50).
 
 ``serving(app)`` wraps the ASGI app (``promptmgr.asgi``): the request's deferred work runs in
 the request's own task once the app has sent the response, so uvicorn's graceful shutdown

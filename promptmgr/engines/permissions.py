@@ -157,7 +157,10 @@ class PermissionGate:
         return None
 
     async def _through_outage(self, step: Callable[[], Awaitable[T]]) -> T | None:
-        """``step()``, tried again while Redis is unreachable; None once the run is stopping."""
+        """``step()``, tried again while Redis is unreachable; None once the run is stopping.
+
+        A step that returns does not say Redis is back (a decision may come from the
+        database), so the outage's end is left to the stream tails and appends to report."""
         pause = OUTAGE_PAUSE_START
         while not self.stopping.is_set():
             try:
