@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import socket
 import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +119,15 @@ class PrivateRedis:
         self.proc.kill()
         self.proc.wait(timeout=10)
         self.proc = None
+
+    @contextlib.contextmanager
+    def down(self) -> Iterator[None]:
+        """Stopped for the block's length, started again even if the block fails."""
+        self.stop()
+        try:
+            yield
+        finally:
+            self.start()
 
     def answers(self) -> bool:
         try:

@@ -207,11 +207,8 @@ def test_with_redis_down_a_decision_is_recorded_and_the_socket_serves_the_next_c
     run = asyncio.run(owned_run(alice))
     first, second = asyncio.run(ask_permission(run)), asyncio.run(ask_permission(run))
     with channel(app_server, client) as socket:
-        private_redis.stop()
-        try:
+        with private_redis.down():
             recorded = click(socket, 1, "decision", {"request_id": first, "decision": "allow"})
-        finally:
-            private_redis.start()
         allowed = click(socket, 2, "decision", {"request_id": second, "decision": "allow"})
     assert recorded["status"] == 200 and recorded["body"]["decision"] == "allow", recorded
     assert PermissionRequest.objects.get(request_id=first).status == PermissionStatus.ALLOWED

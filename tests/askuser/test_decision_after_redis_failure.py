@@ -39,11 +39,8 @@ async def decide_while_redis_is_down(
     is started again before this returns): the run, the request and the decision's response."""
     run = await owned_run(user)
     request_id = await ask_permission(run)
-    private_redis.stop()
-    try:
+    with private_redis.down():
         response = await decide_as(user, request_id, decision, **extra)
-    finally:
-        private_redis.start()
     return run, request_id, response
 
 
@@ -87,11 +84,8 @@ async def test_while_redis_is_still_down_claude_gets_the_decision_from_the_datab
     run, request_id, response = await decide_while_redis_is_down(private_redis, alice, "always")
     assert response.status_code == 200, response.content
 
-    private_redis.stop()
-    try:
+    with private_redis.down():
         result = await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.5)
-    finally:
-        private_redis.start()
 
     assert result == BASH_CALL_ALWAYS_RESULT
     assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
