@@ -44,7 +44,6 @@ from promptmgr.request_threads import PooledThreadHandler  # noqa: E402
 # leaves for after its response (core.after_response) done once the response is out.
 _pooled = PooledThreadHandler(settings.REQUEST_THREADS)
 django_application = after_response.serving(_pooled)
-from promptmgr.scripted_model.server import create_app as create_demo_model  # noqa: E402
 
 Scope = dict[str, Any]
 # The run events endpoint of promptmgr.runs_api.
@@ -60,7 +59,13 @@ class SharedThreadHandler(InlineViewStepsMixin, ASGIHandler):
 
 _streams = SharedThreadHandler()
 
-_demo_model = create_demo_model(pace_ms=15) if settings.DEMO_MODEL else None
+_demo_model = None
+if settings.DEMO_MODEL:
+    # Imported only here: Starlette's routing, requests and form parser (python-multipart),
+    # 1.3 MiB, serve nothing else, and with an Anthropic key set no worker needs them.
+    from promptmgr.scripted_model.server import create_app as create_demo_model
+
+    _demo_model = create_demo_model(pace_ms=15)
 # The project's static/ plus the admin's and django-ninja's (the /api/docs page) own
 # files, served async with ETags.
 _static = StaticFiles(
