@@ -4,8 +4,9 @@ about 27 MiB of a worker's 90), so modules it never uses stay out.
 Checked in a real interpreter that loads the app as uvicorn and ``manage.py runworker``
 do (``promptmgr.asgi``, the runner and the run queue), with an Anthropic key set as in
 production: no demo model, so none of the Starlette routing and form parsing that only
-the demo model uses; and no ``django.test`` package, which django-ninja's import of
-``django.test.signals`` brought in before ``core.apps.load_test_signals_alone``. The same
+the demo model uses; no ``django.test`` package, which django-ninja's import of
+``django.test.signals`` brought in before ``core.apps.load_test_signals_alone``; and no
+urllib.request, which only the ``INTERNAL_BASE_URL`` check used. The same
 interpreter then imports the test package, as the suite does, and its signals still
 reach ninja's settings."""
 
@@ -55,6 +56,7 @@ UNUSED_AT_REST = [
     "unittest.mock",
     "xml.dom.minidom",
     "http.server",
+    "urllib.request",
     "starlette.routing",
     "starlette.applications",
     "promptmgr.scripted_model.server",
