@@ -940,6 +940,10 @@ def main() -> None:
     parser.add_argument("--gc-log", action="store_true", help="time the app's garbage collections")
     parser.add_argument("--profile-native", action="store_true", help="with C frames (py-spy --native)")
     args = parser.parse_args()
+    if args.profile and not Path(harness.PYTHON).with_name("py-spy").exists():
+        parser.error(
+            "--profile needs py-spy, which the project does not install: .venv/bin/pip install py-spy"
+        )
 
     started = time.monotonic()
     print(f"Scale benchmark on {harness.machine()}; setting up a private stack …", flush=True)
