@@ -52,6 +52,14 @@ def open_session(run: Run) -> tuple[runtime.RelaySession, str]:
     return session, token
 
 
+def forget_token_in_redis(app_server: Any, run_id: int) -> None:
+    import redis
+
+    from askuser import live
+
+    redis.Redis.from_url(app_server.settings_redis_url).delete(live.relay_token_key(run_id))
+
+
 @pytest.fixture
 def tokens(app_server: Any, alice: Any, bob: Any) -> dict[str, Any]:
     project = make_project(owner=alice)
@@ -63,13 +71,11 @@ def tokens(app_server: Any, alice: Any, bob: Any) -> dict[str, Any]:
     ended_session, ended = open_session(ended_run)
     asyncio.run(runtime.relay_session_close(ended_session))
     expired_run = active_run(project, alice)
-    _s, expired = open_session(expired_run)
-    # What a TTL expiry leaves: nothing in Redis under that run.
-    import redis
-
-    from askuser import live
-
-    redis.Redis.from_url(app_server.settings_redis_url).delete(live.relay_token_key(expired_run.pk))
+    expired_session, expired = open_session(expired_run)
+    # What a TTL expiry leaves: a process that died holding the run (so nothing of it in
+    # this one), and nothing in Redis under that run.
+    runtime.remove_secrets(expired_session)
+    forget_token_in_redis(app_server, expired_run.pk)
     return {
         "run": run,
         "other_run": other_run,
@@ -161,6 +167,30 @@ def test_valid_token_relays_and_polls(app_server: Any, tokens: dict[str, Any]) -
     assert Run.objects.get(pk=tokens["run"].pk).status == "waiting_for_user"
     bad_body = httpx.post(f"{app_server.url}/api/askuser/relay-question", json={"question": ""}, headers=auth)
     assert bad_body.status_code == 422
+
+
+def test_a_run_of_this_process_is_checked_here_and_its_token_dies_with_the_run(
+    app_server: Any, alice: Any
+) -> None:
+    """The process that supervises a run checks its token without Redis (the MCP server's
+    calls land there in the embedded default): Redis losing the key (a restart without
+    persistence) does not cut the run off, a wrong token for the run is still refused,
+    and once the run's relay session closes the token is refused at once."""
+    run = active_run(make_project(owner=alice), alice)
+    session, token = open_session(run)
+    forget_token_in_redis(app_server, run.pk)
+    relay = f"{app_server.url}/api/askuser/relay-question"
+
+    created = httpx.post(relay, json=QUESTION, headers={"Authorization": f"Bearer {token}"})
+    assert created.status_code == 201, created.text
+    assert Question.objects.get(question_id=created.json()["question_id"]).run_id == run.pk
+    forged = f"pmr_{run.pk}_" + "A" * 43
+    assert httpx.post(relay, json=QUESTION, headers={"Authorization": f"Bearer {forged}"}).status_code == 403
+
+    asyncio.run(runtime.relay_session_close(session))
+    late = httpx.post(relay, json=QUESTION, headers={"Authorization": f"Bearer {token}"})
+    assert late.status_code == 403, late.text  # Redis no longer knows it, and neither does this process
+    assert Question.objects.filter(run=run).count() == 1
 
 
 @pytest.fixture
