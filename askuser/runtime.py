@@ -1,7 +1,9 @@
 """Per-run ask-user secrets: the relay token and the MCP server's config file.
 
 The relay token is the MCP server's only credential: 256 bits from ``secrets``, stored in
-Redis only as a SHA-256 hash with a TTL, revoked the moment the run ends. It travels in
+Redis only as a SHA-256 hash with a TTL (and, as that hash, in the memory of the process
+that supervises the run, which checks its run's calls itself), revoked the moment the run
+ends. It travels in
 the 0600 config file (inside a 0700 per-run directory, removed when the run ends) and in
 an ``Authorization`` header — never in a URL, a log line or the browser.
 """
