@@ -3,9 +3,9 @@
 The relay token is the MCP server's only credential: 256 bits from ``secrets``, stored in
 Redis only as a SHA-256 hash with a TTL (and, as that hash, in the memory of the process
 that supervises the run, which checks its run's calls itself), revoked the moment the run
-ends. It travels in
-the 0600 config file (inside a 0700 per-run directory, removed when the run ends) and in
-an ``Authorization`` header — never in a URL, a log line or the browser.
+ends. It travels in the 0600 config file (inside a 0700 per-run directory, removed when
+the run ends) and in an ``Authorization`` header — never in a URL, a log line or the
+browser.
 """
 
 from __future__ import annotations
@@ -36,6 +36,15 @@ _TOKEN_RE = re.compile(r"^pmr_(\d{1,18})_([A-Za-z0-9_-]{43,})$")
 _TOKEN_IN_TEXT_RE = re.compile(rb"pmr_\d{1,18}_[A-Za-z0-9_-]{43,}")
 REDACTED = b"pmr_[redacted]"
 _RUN_DIR_RE = re.compile(r"^run-(\d{1,18})-[0-9a-f]+$")
+
+
+# The token hashes of the runs this process supervises. Their relay calls (a question, a
+# tool call's card, a poll) are checked here without a Redis round trip: in the embedded
+# default and on any worker that also serves requests, the MCP server's call lands in the
+# process whose run it is (0.65 ms of a question's way to its card). This process drops a
+# run's entry (``remove_secrets``) before it revokes the token in Redis, so the entry
+# never outlives the token. Other runs' tokens are checked in Redis.
+_own_token_hashes: dict[int, str] = {}
 
 
 def hash_token(token: str) -> str:
@@ -90,8 +99,9 @@ async def relay_session_open(
     }
     _write_private(session.config_path, json.dumps(config))
     ttl = settings.RUN_MAX_DURATION + live.RELAY_TOKEN_TTL_GRACE
-    await live.relay_token_store(run_id, hash_token(token), ttl=ttl)
-    _own_token_hashes[run_id] = hash_token(token)
+    token_hash = hash_token(token)
+    await live.relay_token_store(run_id, token_hash, ttl=ttl)
+    _own_token_hashes[run_id] = token_hash
     _encoded_tokens[run_id] = EncodedToken.of(token)
     session.warm = warm_server().acquire()
     return session
@@ -114,15 +124,6 @@ def remove_secrets(session: RelaySession) -> None:
 
 class RunEnded(Exception):
     """The token was genuine, but its run has finished."""
-
-
-# The token hashes of the runs this process supervises. Their relay calls (a question, a
-# tool call's card, a poll) are checked here without a Redis round trip: in the embedded
-# default and on any worker that also serves requests, the MCP server's call lands in the
-# process whose run it is (0.65 ms of a question's way to its card). This process drops a
-# run's entry (``remove_secrets``) before it revokes the token in Redis, so the entry
-# never outlives the token. Other runs' tokens are checked in Redis.
-_own_token_hashes: dict[int, str] = {}
 
 
 async def relay_token_run_id(token: str) -> int | None:
