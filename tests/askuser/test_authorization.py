@@ -12,8 +12,9 @@ import httpx
 import pytest
 from django.conf import settings
 
-from askuser import runtime
+from askuser import live, runtime
 from askuser.models import Question
+from core.redis import get_redis
 from promptmgr import live as promptmgr_live
 from promptmgr.models import Run, RunEvent
 from promptmgr.runner import WORKER_ID
@@ -52,12 +53,8 @@ def open_session(run: Run) -> tuple[runtime.RelaySession, str]:
     return session, token
 
 
-def forget_token_in_redis(app_server: Any, run_id: int) -> None:
-    import redis
-
-    from askuser import live
-
-    redis.Redis.from_url(app_server.settings_redis_url).delete(live.relay_token_key(run_id))
+def forget_token_in_redis(run_id: int) -> None:
+    get_redis().delete(live.relay_token_key(run_id))
 
 
 @pytest.fixture
@@ -75,7 +72,7 @@ def tokens(app_server: Any, alice: Any, bob: Any) -> dict[str, Any]:
     # What a TTL expiry leaves: a process that died holding the run (so nothing of it in
     # this one), and nothing in Redis under that run.
     runtime.remove_secrets(expired_session)
-    forget_token_in_redis(app_server, expired_run.pk)
+    forget_token_in_redis(expired_run.pk)
     return {
         "run": run,
         "other_run": other_run,
@@ -178,7 +175,7 @@ def test_a_run_of_this_process_is_checked_here_and_its_token_dies_with_the_run(
     and once the run's relay session closes the token is refused at once."""
     run = active_run(make_project(owner=alice), alice)
     session, token = open_session(run)
-    forget_token_in_redis(app_server, run.pk)
+    forget_token_in_redis(run.pk)
     relay = f"{app_server.url}/api/askuser/relay-question"
 
     created = httpx.post(relay, json=QUESTION, headers={"Authorization": f"Bearer {token}"})

@@ -12,6 +12,7 @@ reach ninja's settings."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -63,6 +64,7 @@ UNUSED_AT_REST = [
 ]
 
 
+@functools.cache  # one interpreter per key, whichever tests read what it saw
 def served_worker(*, anthropic_key: str) -> dict[str, object]:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "promptmgr.settings", "ANTHROPIC_API_KEY": anthropic_key}
     result = subprocess.run(

@@ -11,7 +11,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from claude_agent_sdk import PermissionResultAllow, ToolPermissionContext
+from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPermissionContext
 
 from askuser import approvals
 from askuser.models import PermissionRequest
@@ -21,28 +21,30 @@ from tests.helpers import BASH_CALL, PrivateRedis, owned_run, sdk_gate
 pytestmark = pytest.mark.unit
 
 
+def bash_call_at_the_gate(run: Any) -> asyncio.Task[PermissionResultAllow | PermissionResultDeny]:
+    """The SDK turn of ``run`` asking its permission gate for ``BASH_CALL``, as a task."""
+    gate = sdk_gate(run.pk)
+    return asyncio.create_task(
+        gate.can_use_tool("Bash", BASH_CALL, ToolPermissionContext(tool_use_id="toolu_1"))
+    )
+
+
 @pytest.mark.asyncio
 async def test_a_decision_made_during_a_redis_outage_reaches_the_waiting_sdk_turn(
     transactional_db: Any, alice: Any, private_redis: PrivateRedis
 ) -> None:
     run = await owned_run(alice)
-    gate = sdk_gate(run.pk)
-    asking = asyncio.create_task(
-        gate.can_use_tool("Bash", BASH_CALL, ToolPermissionContext(tool_use_id="toolu_1"))
-    )
+    asking = bash_call_at_the_gate(run)
     while not await PermissionRequest.objects.filter(run=run).aexists():
         await asyncio.sleep(0.05)
     request = await PermissionRequest.objects.aget(run=run)
 
-    await asyncio.to_thread(private_redis.stop)
-    try:
+    with private_redis.down():
         # The gate's wait meets the outage before and after the person decides.
         await asyncio.sleep(1.0)
         assert not asking.done(), asking.result()
         await approvals.permission_decide(request_id=str(request.request_id), user=alice, decision="allow")
         result = await asyncio.wait_for(asking, timeout=10)
-    finally:
-        await asyncio.to_thread(private_redis.start)
 
     assert isinstance(result, PermissionResultAllow), result
     assert result.updated_input == BASH_CALL
@@ -53,18 +55,12 @@ async def test_a_tool_call_that_arrives_during_a_redis_outage_gets_one_card_once
     transactional_db: Any, alice: Any, private_redis: PrivateRedis
 ) -> None:
     run = await owned_run(alice)
-    gate = sdk_gate(run.pk)
 
-    await asyncio.to_thread(private_redis.stop)
-    try:
-        asking = asyncio.create_task(
-            gate.can_use_tool("Bash", BASH_CALL, ToolPermissionContext(tool_use_id="toolu_1"))
-        )
+    with private_redis.down():
+        asking = bash_call_at_the_gate(run)
         # Its request is stored, its card cannot be shown: the gate asks again, not denies.
         await asyncio.sleep(1.5)
         assert not asking.done(), asking.result()
-    finally:
-        await asyncio.to_thread(private_redis.start)
     while not [e for e in await events.read_events(run.pk, 0) if e.event == "permission_request"]:
         await asyncio.sleep(0.05)
 
