@@ -457,41 +457,41 @@ async def permission_decide(
 
     The wake carries the permission result, so the waiting side answers the CLI at once;
     a poll retried later rebuilds the same result from the database. Once the decision is
-    committed it stands: if Redis then fails its hand-off, the person is still told it was
-    recorded (a second try would only be 409), and the waiting side takes it from the
-    database when it polls again (``_decision_from_database``).
+    committed it stands: the person is told it was recorded as soon as its hand-off is sent,
+    without waiting for Redis's reply. If Redis then fails the hand-off (a second try would
+    only be 409), the waiting side takes the decision from the database when it polls again
+    (``_decision_from_database``).
     """
     request = await sync_to_async(_decide)(request_id, user, decision, message.strip())
     remaining = max(1, int((request.expires_at - timezone.now()).total_seconds()))
     decided_at = request.decided_at or timezone.now()
     event = _decided_event(request, by=getattr(user, "username", ""), message=message.strip())
-    handed_over = True
-    try:
-        # One transaction: the card's update, then the wake, so every page hears of the
-        # decision before anything the tool call does. Not if a poll already took the
-        # decision from the database: its card's update went with that.
-        await live.answer_replace_unless_taken(
+    # One transaction: the card's update, then the wake, so every page hears of the decision
+    # before anything the tool call does. Not if a poll already took the decision from the
+    # database: its card's update went with that. Sent before the acknowledgement, which
+    # does not wait for Redis's reply (design notes, "The decision's hand-off beside its
+    # acknowledgement").
+    handoff = asyncio.ensure_future(
+        live.answer_replace_unless_taken(
             request_id,
             {"result": result_for(request)},
             ttl=remaining + live.QUESTION_TTL_GRACE,
             run_events=services.card_and_resume(request.run_id, "permission_decided", event),
         )
-    except RedisError as exc:
-        handed_over = False
-        outage_seen(exc)
-        logger.warning(
-            "permission request %s: the decision is stored but Redis failed its hand-off; "
-            "Claude gets it from the database when it polls again",
-            request_id,
-        )
-    else:
-        # The waiting poll's reply usually lands with the push's: one turn of the loop lets
-        # it leave before this request's own response, which the person can wait for and
-        # Claude cannot (design notes, "The poll's reply before the person's").
-        await asyncio.sleep(0)
+    )
+    # One turn of the loop: the hand-off's command goes out before the acknowledgement.
+    await asyncio.sleep(0)
 
     async def bookkeeping() -> None:
-        if not handed_over:
+        try:
+            await handoff
+        except RedisError as exc:
+            outage_seen(exc)
+            logger.warning(
+                "permission request %s: the decision is stored but Redis failed its hand-off; "
+                "Claude gets it from the database when it polls again",
+                request_id,
+            )
             # Database only, so an "Always allow" rule is not lost with the hand-off; the
             # pending mark goes when the waiting side takes the decision.
             await sync_to_async(_after_decision)(request)
@@ -500,7 +500,8 @@ async def permission_decide(
         await sync_to_async(_after_decision)(request)
         await live.permission_pending_remove(request.run_id, request_id)
 
-    # The person is answered once the decision is stored and Claude woken; the rest follows.
+    # The person is answered once the decision is stored and Claude's wake is on its way;
+    # the rest follows.
     await after_response(bookkeeping)
     return {
         "request_id": request_id,

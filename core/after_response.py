@@ -1,10 +1,12 @@
 """Work a request finishes after its response has gone out.
 
-A person's decision is acknowledged once it is stored and handed to the waiting Claude
-turn, with the card's events in the hand-off's own transaction
-(``askuser.live.answer_replace_unless_taken``); a person's answer once it is committed,
+A person's decision is acknowledged once it is stored and its hand-off to the waiting
+Claude turn is sent, with the card's events in the hand-off's own transaction
+(``askuser.live.answer_replace_unless_taken``); the hand-off's reply from Redis is awaited
+by the deferred work, not by the acknowledgement (decision → tool running has no room to
+lose the hand-off's head start). A person's answer is acknowledged once it is committed,
 its hand-off (with the card's events) following the response (answer → Claude has room
-to spare against its target; decision → tool running has not). What Claude does not wait
+to spare against its target). What Claude does not wait
 for (the run's resume in the database, the question cache's or pending set's clean-up, an
 always-allow rule for later runs) follows the response instead of delaying it.
 bench/askuser_latency.py and bench/approval_latency.py measure the acknowledgement

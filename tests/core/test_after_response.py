@@ -1,7 +1,7 @@
 """A person's answer or decision is acknowledged before its bookkeeping (``core.after_response``):
-a decision's response goes out once it is stored and Claude woken, with the card's events in
-the hand-off's transaction; an answer's once it is committed, its hand-off (with the card's
-events) right after. The rest (the run's resume, the clean-up) follows in the same request,
+a decision's response goes out once it is stored and its hand-off (with the card's events
+in the hand-off's transaction) is sent, without waiting for Redis's reply; an answer's once
+it is committed, its hand-off (with the card's events) right after. The rest (the run's resume, the clean-up) follows in the same request,
 and is never skipped."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from django.conf import settings
 from django.test import AsyncClient
 
 from askuser import approvals, live
-from askuser.models import Question, QuestionStatus
+from askuser.models import PermissionRequest, PermissionStatus, Question, QuestionStatus
 from core import after_response as after_response_module
 from core import events
 from core.after_response import after_response, give_way, serving
@@ -180,34 +180,54 @@ async def event_names(run: Run) -> list[str]:
 
 
 @pytest.mark.asyncio
-async def test_a_decision_is_acknowledged_before_its_card_events_which_follow_in_the_same_request(
-    transactional_db: Any, alice: Any
+async def test_a_decision_is_acknowledged_with_its_hand_off_sent_and_its_bookkeeping_after(
+    transactional_db: Any, alice: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = await owned_run(alice)
     request_id = await ask_permission(run)
+    order: list[str] = []
     seen_at_ack: dict[str, Any] = {}
+    acknowledged = asyncio.Event()
+    hand_off = live.answer_replace_unless_taken
+
+    async def sent(*args: Any, **kwargs: Any) -> bool:
+        # A Redis slow to reply: the hand-off lands only once the person has the
+        # acknowledgement, which must not wait for it.
+        order.append("hand-off sent")
+        await acknowledged.wait()
+        return await hand_off(*args, **kwargs)
+
+    monkeypatch.setattr(live, "answer_replace_unless_taken", sent)
 
     async def at_ack() -> None:
-        seen_at_ack["events"] = await event_names(run)
+        order.append("acknowledged")
+        acknowledged.set()
+        seen_at_ack["decision"] = (await PermissionRequest.objects.aget(request_id=request_id)).status
         seen_at_ack["status"] = (await Run.objects.aget(pk=run.pk)).status
         seen_at_ack["pending"] = await live.permissions_pending(run.pk)
-        # Claude was woken before the acknowledgement: the result waits in its hand-off.
-        seen_at_ack["result"] = await approvals.permission_wait(
-            run_id=run.pk, request_id=request_id, wait_seconds=0.5
+
+    async with asyncio.timeout(10):
+        status = await submit_through_the_app(
+            alice, "/api/askuser/submit-decision", {"request_id": request_id, "decision": "allow"}, at_ack
         )
 
-    status = await submit_through_the_app(
-        alice, "/api/askuser/submit-decision", {"request_id": request_id, "decision": "allow"}, at_ack
-    )
-
     assert status == 200
-    assert seen_at_ack["result"] == {"behavior": "allow", "updatedInput": BASH_CALL}
-    # The card's update came with the wake; the run's resume and the pending set's clean-up
-    # had not happened yet, and did within the same request.
-    assert seen_at_ack["events"][-2:] == ["permission_decided", "run_status"]
+    # Claude's wake went out before the acknowledgement, which did not wait for Redis's reply.
+    assert order == ["hand-off sent", "acknowledged"]
+    # The decision was the database's; the run's resume and the pending set's clean-up had
+    # not happened yet, and did within the same request.
+    assert seen_at_ack["decision"] == PermissionStatus.ALLOWED
     assert (seen_at_ack["status"], seen_at_ack["pending"]) == (RunStatus.WAITING_FOR_USER, True)
     assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
     assert not await live.permissions_pending(run.pk)
+    # The wake landed with the card's update ahead of it, once.
+    assert await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0) == {
+        "behavior": "allow",
+        "updatedInput": BASH_CALL,
+    }
+    names = await event_names(run)
+    assert names.count("permission_decided") == 1
+    assert names[-2:] == ["permission_decided", "run_status"]
 
 
 @pytest.mark.asyncio
