@@ -525,12 +525,13 @@ def _decided_event(request: PermissionRequest, *, by: str, message: str) -> dict
 
 
 def _stored_decided_event(request: PermissionRequest) -> dict[str, Any]:
-    """``_decided_event`` rebuilt from the stored row (it reads ``decided_by``). The person's
-    own words are what follows the deny sentence's prefix; a policy's decision says so."""
+    """The card's update rebuilt from the stored row, as its hand-off would have carried it:
+    a person's (``_decided_event``; it reads ``decided_by``), whose own words are what
+    follows the deny sentence's prefix, or the policy's (``policy.decided_event``)."""
+    if request.decided_by_policy:
+        return policy.decided_event(request, policy.applied_reasoning(request))
     prefix = DENIED_WITH.format(tool=request.tool_name, message="")
     words = request.message[len(prefix) :] if request.message.startswith(prefix) else ""
-    if request.decided_by_policy:
-        return {**_decided_event(request, by="policy", message=words), "by_policy": True}
     return _decided_event(request, by=getattr(request.decided_by, "username", ""), message=words)
 
 

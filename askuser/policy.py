@@ -577,7 +577,34 @@ def _apply_decision(policy_id: int) -> PolicyAnswer | None:
         policy.outcome, policy.applied_at = PolicyOutcome.APPLIED, now
         policy.message = "" if allowed else told
         policy.save(update_fields=["outcome", "applied_at", "message"])
+    # The request as stored, for its card's update (decided_event).
+    request.status = PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED
+    request.decision = Decision.ALLOW if allowed else Decision.DENY
+    request.message, request.decided_by_policy, request.decided_at = policy.message, True, now
     return policy
+
+
+def decided_event(request: PermissionRequest, reasoning: str) -> dict[str, Any]:
+    """The card's update (``permission_decided``) for the policy's decision of ``request``
+    (as stored): its wake's, and the one a poll puts on the pages when it takes the decision
+    from the database after the wake was lost (``approvals._stored_decided_event``)."""
+    assert request.decided_at is not None
+    return {
+        "request_id": str(request.request_id),
+        "decision": request.decision,
+        "by": "policy",
+        "by_policy": True,
+        "rule": None,
+        "message": request.message,
+        "reasoning": reasoning,
+        "decided_at": request.decided_at.isoformat(),
+    }
+
+
+def applied_reasoning(request: PermissionRequest) -> str:
+    """The reasoning of the policy's decision that decided ``request``."""
+    applied = PolicyAnswer.objects.filter(permission_request=request, outcome=PolicyOutcome.APPLIED)
+    return applied.values_list("reasoning", flat=True).first() or ""
 
 
 async def permission_decision_apply(*, policy_id: int) -> bool:
@@ -589,16 +616,7 @@ async def permission_decision_apply(*, policy_id: int) -> bool:
     assert request is not None and policy.applied_at is not None
     request_id = str(request.request_id)
     remaining = max(1, int((request.expires_at - timezone.now()).total_seconds()))
-    event = {
-        "request_id": request_id,
-        "decision": Decision.ALLOW if policy.decision == PolicyDecision.ALLOW else Decision.DENY,
-        "by": "policy",
-        "by_policy": True,
-        "rule": None,
-        "message": policy.message,
-        "reasoning": policy.reasoning,
-        "decided_at": policy.applied_at.isoformat(),
-    }
+    event = decided_event(request, policy.reasoning)
     # The card's update lands with the wake, as a person's decision's does.
     await live.answer_wake(
         request_id,

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 from django.test import AsyncClient
+from redis import RedisError
 
-from askuser import approvals, live
-from askuser.models import PermissionRequest, PermissionStatus
+from askuser import approvals, live, policy
+from askuser.models import PermissionRequest, PermissionStatus, PolicyAnswer
 from core import events
 from promptmgr.models import PermissionRule, Run, RunStatus
 from tests.helpers import BASH_CALL, BASH_CALL_ALWAYS_RESULT, PrivateRedis, ask_permission, owned_run
@@ -134,3 +135,50 @@ async def test_a_poll_that_took_the_decision_from_the_database_keeps_a_late_hand
 
     assert handed is False
     assert len(await decided_events(run)) == 1
+
+
+async def policy_deny(run: Run) -> PolicyAnswer:
+    """The answering policy's deny of a new tool call of ``run``, not yet applied."""
+    request_id = await ask_permission(run)
+    return await PolicyAnswer.objects.acreate(
+        run=run,
+        permission_request=await PermissionRequest.objects.aget(request_id=request_id),
+        mode="auto",
+        decision="deny",
+        message="Migrations need a person here.",
+        reasoning="The instructions reserve schema changes.",
+        outcome="waiting",
+    )
+
+
+def card_update(decided: dict[str, Any]) -> dict[str, Any]:
+    """What a page shows of a ``permission_decided`` event: all but its ids and time."""
+    return {k: v for k, v in decided.items() if k not in ("request_id", "decided_at")}
+
+
+@pytest.mark.asyncio
+async def test_a_policys_deny_taken_from_the_database_shows_the_same_card_as_its_wake(
+    transactional_db: Any, alice: Any, private_redis: PrivateRedis
+) -> None:
+    woken_run = await owned_run(alice)
+    woken = await policy_deny(woken_run)
+    assert await policy.permission_decision_apply(policy_id=woken.pk)
+    [live_update] = await decided_events(woken_run)
+
+    run = await owned_run(alice)
+    lost = await policy_deny(run)
+    with private_redis.down(), pytest.raises(RedisError):
+        # Stored, then its wake fails: the background task that applies it logs this.
+        await policy.permission_decision_apply(policy_id=lost.pk)
+    assert lost.permission_request is not None
+    request_id = str(lost.permission_request.request_id)
+    result = await approvals.permission_wait(run_id=run.pk, request_id=request_id, wait_seconds=0.5)
+
+    told = policy.DENIED_BY_POLICY.format(tool="Bash", message="Migrations need a person here.")
+    assert result == {"behavior": "deny", "message": told}
+    [from_database] = await decided_events(run)
+    assert card_update(from_database) == card_update(live_update)
+    assert (from_database["by_policy"], from_database["reasoning"]) == (
+        True,
+        "The instructions reserve schema changes.",
+    )
