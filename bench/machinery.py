@@ -39,6 +39,10 @@ resident size. A and B repetitions alternate (AB, BA, …) so other load hits bo
 8. A stream's waits (``lifecycle.Interruptible``, made once per stream; B looks the drain
    up and builds a generator-based context manager for every wait, as before): CPU time
    per wait, with the shutdown check before it, as ``sse.event_stream`` does per batch.
+9. A card's load (``core.prepared.PreparedGet``, as a decision loads its permission request
+   with its run and project; B: the same compiled SQL and rows, turned into objects as
+   Django does for every queryset, its converters and ``select_related`` populators found
+   again for each load): CPU time per load.
 
 The notes under the table give each stall's floor: the same ticker with nothing to do.
 """
@@ -579,6 +583,48 @@ async def stream_waits(reps: int, waits: int) -> list[Compared]:
     return [cpu]
 
 
+def card_loads(reps: int, loads: int, project_id: int) -> list[Compared]:
+    """Item 9: a permission request loaded by ``askuser.models.request_for_decision``, against
+    the same query's rows built as Django builds them for every queryset."""
+    from django.db.models.query import get_related_populators
+
+    from askuser.models import PermissionRequest, request_for_decision
+    from promptmgr.models import Conversation, Project, Run, RunStatus
+
+    project = Project.objects.get(pk=project_id)
+    conversation = Conversation.objects.create(project=project, user=project.owner)
+    run = Run.objects.create(
+        conversation=conversation, user=project.owner, prompt="bench", status=RunStatus.RUNNING
+    )
+    request = PermissionRequest.objects.create(
+        run=run, tool_name="Bash", tool_input={"command": "true"}, expires_at=run.created_at
+    )
+
+    def per_queryset(request_id: Any) -> Any:
+        compiled, alias, rows = request_for_decision._run(request_id, limit=2)
+        compiler = compiled.compiler
+        select, klass_info = compiler.select, compiler.klass_info
+        assert klass_info is not None
+        start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+        init_list = [column[0].target.attname for column in select[start:end]]
+        values = next(iter(compiler.results_iter(results=[rows[:1]])))
+        obj = klass_info["model"].from_db(alias, init_list, values[start:end])
+        for populator in get_related_populators(klass_info, select, alias):  # type: ignore[call-arg]
+            populator.populate(values, obj)
+        return obj
+
+    cpu = Compared("9 a card's load with its run and project, CPU per load (µs)", digits=1)
+    for _rep, trick_first in alternate(reps):
+        for trick in (trick_first, not trick_first):
+            load = request_for_decision.get if trick else per_queryset
+            assert load(request.request_id).run.conversation.project.pk == project_id
+            start = time.process_time()
+            for _ in range(loads):
+                load(request.request_id)
+            (cpu.trick if trick else cpu.plain).append((time.process_time() - start) / loads * 1e6)
+    return [cpu]
+
+
 def rss_mib(pid: int | str = "self") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -663,6 +709,8 @@ async def measure(stack: harness.Stack, args: argparse.Namespace, notes: list[st
     print("  7 appends by hash done", flush=True)
     exchange += await stream_waits(args.exchange_reps, args.exchanges * 20)
     print("  8 stream waits done", flush=True)
+    exchange += await sync_to_async(card_loads)(args.exchange_reps, args.exchanges, stack.project_id)
+    print("  9 card loads done", flush=True)
     rate, line_size = await cli_line_rate(stack, args.lines)
     notes.append(
         f"1: the bundled CLI printed {args.lines:,} scripted deltas at {rate:,.0f} lines/s, {line_size} B each"

@@ -41,13 +41,68 @@ M = TypeVar("M", bound=Model)
 
 
 @dataclass(frozen=True)
+class _Objects:
+    """How a row's values become the model's object, as ``ModelIterable`` builds it: its
+    fields' slice of the row, ``from_db``, and the ``select_related`` populators."""
+
+    model: type[Model]
+    alias: str
+    init_list: list[str]
+    start: int
+    end: int
+    populators: list[Any]
+
+    @classmethod
+    def of(cls, compiler: SQLCompiler, alias: str) -> _Objects | None:
+        select, klass_info = compiler.select, compiler.klass_info
+        if klass_info is None:  # a values_list query: rows, no objects
+            return None
+        fields = klass_info["select_fields"]
+        start, end = fields[0], fields[-1] + 1
+        init_list = [column[0].target.attname for column in select[start:end]]
+        # Django 5.2's takes these three; the stubs describe 6.x's.
+        populators = get_related_populators(klass_info, select, alias)  # type: ignore[call-arg]
+        return cls(klass_info["model"], alias, init_list, start, end, populators)
+
+    def build(self, values: list[Any]) -> Any:
+        obj = self.model.from_db(self.alias, self.init_list, values[self.start : self.end])
+        for populator in self.populators:
+            populator.populate(values, obj)
+        return obj
+
+
+@dataclass(frozen=True)
 class _Compiled:
-    """One thread's compiled query: its SQL and parameters, and where the key goes."""
+    """One thread's compiled query: its SQL and parameters, where the key goes, and what
+    turns a row into values and an object. Django works those out column by column for
+    every queryset (the converters, the ``select_related`` populators); here they are
+    found once, with the SQL."""
 
     sql: str
     params: tuple[Any, ...]
     key_index: int
     compiler: SQLCompiler
+    converters: dict[int, Any]
+    # A composite primary key among the columns: Django's own path turns rows into values.
+    composite: bool
+    objects: _Objects | None
+
+    @classmethod
+    def of(
+        cls, compiler: SQLCompiler, alias: str, sql: str, params: tuple[Any, ...], key_index: int
+    ) -> _Compiled:
+        columns = [column[0] for column in compiler.select[0 : compiler.col_count]]
+        converters = compiler.get_converters(columns)
+        composite = compiler.has_composite_fields(columns)
+        return cls(sql, params, key_index, compiler, converters, composite, _Objects.of(compiler, alias))
+
+    def values(self, rows: list[Any]) -> list[Any]:
+        """The rows' values through the converters, as ``results_iter`` gives them."""
+        if self.composite:
+            return list(self.compiler.results_iter(results=[rows]))
+        if not self.converters:
+            return rows
+        return list(self.compiler.apply_converters(rows, self.converters))
 
 
 class _Prepared(Generic[M]):
@@ -86,7 +141,7 @@ class _Prepared(Generic[M]):
         found = [index for index, param in enumerate(params) if param == marker]
         if len(found) != 1:
             raise ValueError(f"the placeholder for {self._key!r} is not one parameter of: {sql}")
-        return _Compiled(sql, tuple(params), found[0], compiler)
+        return _Compiled.of(compiler, alias, sql, tuple(params), found[0])
 
     def _run(self, value: Any, *, limit: int | None) -> tuple[_Compiled, str, list[Any]]:
         """The compiled query, its database, and its raw rows for ``value`` (``limit`` at most)."""
@@ -108,7 +163,7 @@ class PreparedGet(_Prepared[M]):
 
     def get(self, value: Any) -> M:
         model = self.model
-        compiled, alias, rows = self._run(value, limit=2)
+        compiled, _alias, rows = self._run(value, limit=2)
         name = model._meta.object_name
         if not rows:
             missing = f"{name} matching {self._key}={value!r} does not exist."
@@ -116,7 +171,9 @@ class PreparedGet(_Prepared[M]):
         if len(rows) > 1:
             several = f"more than one {name} with {self._key}={value!r}"
             raise model.MultipleObjectsReturned(several)  # type: ignore[attr-defined]
-        built: M = _build(compiled.compiler, alias, rows[0])
+        assert compiled.objects is not None  # a model's queryset
+        [values] = compiled.values(rows)
+        built: M = compiled.objects.build(values)
         return built
 
 
@@ -126,9 +183,7 @@ class PreparedRows(_Prepared[M]):
 
     def rows(self, value: Any) -> list[tuple[Any, ...]]:
         compiled, _alias, rows = self._run(value, limit=None)
-        if not rows:
-            return []
-        return [tuple(row) for row in compiled.compiler.results_iter(results=[rows])]
+        return [tuple(row) for row in compiled.values(rows)]
 
 
 class PreparedUpdate(Generic[M]):
@@ -186,19 +241,3 @@ class PreparedUpdate(Generic[M]):
         with transaction.mark_for_rollback_on_error(using=alias), connection.cursor() as cursor:
             cursor.execute(self._sql(alias), params)
             return int(cursor.rowcount)
-
-
-def _build(compiler: SQLCompiler, alias: str, row: tuple[Any, ...]) -> Any:
-    """The row's object, as ``django.db.models.query.ModelIterable`` builds it: the
-    compiler's converters, ``from_db``, and the ``select_related`` objects."""
-    select, klass_info = compiler.select, compiler.klass_info
-    assert klass_info is not None
-    fields = klass_info["select_fields"]
-    start, end = fields[0], fields[-1] + 1
-    init_list = [column[0].target.attname for column in select[start:end]]
-    converted = next(iter(compiler.results_iter(results=[[row]])))
-    obj = klass_info["model"].from_db(alias, init_list, converted[start:end])
-    # Django 5.2's takes these three; the stubs describe 6.x's.
-    for populator in get_related_populators(klass_info, select, alias):  # type: ignore[call-arg]
-        populator.populate(converted, obj)
-    return obj
