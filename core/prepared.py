@@ -10,7 +10,8 @@ compiled once").
 ``PreparedGet`` compiles its queryset once per database and thread (Django's compilers hold
 their thread's connection), with a placeholder for the key, and then runs that SQL with the
 key's value. The rows become objects exactly as Django's own ``ModelIterable`` makes them:
-the same converters, ``from_db`` and ``select_related`` populators, from the same compiler.
+the same converters, ``from_db`` and ``select_related`` populators, from the same compiler,
+the converters and populators found once with the SQL instead of for every load.
 ``PreparedRows`` does the same for a ``values_list`` query and returns every row, through
 the same converters (a new card's look for the pending cards it supersedes).
 
