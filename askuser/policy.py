@@ -555,18 +555,19 @@ def _apply_decision(policy_id: int) -> PolicyAnswer | None:
     allowed = policy.decision == PolicyDecision.ALLOW
     tool = request.tool_name
     told = DENIED_BY_POLICY.format(tool=tool, message=policy.message or policy.reasoning)
-    now = timezone.now()
+    now, message = timezone.now(), "" if allowed else told
+    fields = {
+        "status": PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED,
+        "decision": Decision.ALLOW if allowed else Decision.DENY,
+        "message": message,
+        "decided_by": None,
+        "decided_by_policy": True,
+        "decided_at": now,
+    }
     with transaction.atomic():
         updated = PermissionRequest.objects.filter(
             pk=request.pk, status=PermissionStatus.PENDING, expires_at__gt=now
-        ).update(
-            status=PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED,
-            decision=Decision.ALLOW if allowed else Decision.DENY,
-            message="" if allowed else told,
-            decided_by=None,
-            decided_by_policy=True,
-            decided_at=now,
-        )
+        ).update(**fields)
         if not updated:
             request.refresh_from_db(fields=["status"])
             decided = request.status in (PermissionStatus.ALLOWED, PermissionStatus.DENIED)
@@ -574,13 +575,11 @@ def _apply_decision(policy_id: int) -> PolicyAnswer | None:
             policy.save(update_fields=["outcome"])
             return None
         services.resume_if_idle(request.run_id)
-        policy.outcome, policy.applied_at = PolicyOutcome.APPLIED, now
-        policy.message = "" if allowed else told
+        policy.outcome, policy.applied_at, policy.message = PolicyOutcome.APPLIED, now, message
         policy.save(update_fields=["outcome", "applied_at", "message"])
     # The request as stored, for its card's update (decided_event).
-    request.status = PermissionStatus.ALLOWED if allowed else PermissionStatus.DENIED
-    request.decision = Decision.ALLOW if allowed else Decision.DENY
-    request.message, request.decided_by_policy, request.decided_at = policy.message, True, now
+    for name, value in fields.items():
+        setattr(request, name, value)
     return policy
 
 
@@ -613,7 +612,7 @@ async def permission_decision_apply(*, policy_id: int) -> bool:
     if policy is None:
         return False
     request = policy.permission_request
-    assert request is not None and policy.applied_at is not None
+    assert request is not None
     request_id = str(request.request_id)
     remaining = max(1, int((request.expires_at - timezone.now()).total_seconds()))
     event = decided_event(request, policy.reasoning)

@@ -586,6 +586,7 @@ async def stream_waits(reps: int, waits: int) -> list[Compared]:
 def card_loads(reps: int, loads: int, project_id: int) -> list[Compared]:
     """Item 9: a permission request loaded by ``askuser.models.request_for_decision``, against
     the same query's rows built as Django builds them for every queryset."""
+    from django.db import router
     from django.db.models.query import get_related_populators
 
     from askuser.models import PermissionRequest, request_for_decision
@@ -601,8 +602,8 @@ def card_loads(reps: int, loads: int, project_id: int) -> list[Compared]:
     )
 
     def per_queryset(request_id: Any) -> Any:
-        compiled, alias, rows = request_for_decision._run(request_id, limit=2)
-        compiler = compiled.compiler
+        compiled, rows = request_for_decision._run(request_id, limit=2)
+        compiler, alias = compiled.compiler, router.db_for_read(PermissionRequest)
         select, klass_info = compiler.select, compiler.klass_info
         assert klass_info is not None
         start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1

@@ -6,9 +6,9 @@ Claude turn is sent, with the card's events in the hand-off's own transaction
 by the deferred work, not by the acknowledgement (decision → tool running has no room to
 lose the hand-off's head start). A person's answer is acknowledged once it is committed,
 its hand-off (with the card's events) following the response (answer → Claude has room
-to spare against its target). What Claude does not wait
-for (the run's resume in the database, the question cache's or pending set's clean-up, an
-always-allow rule for later runs) follows the response instead of delaying it.
+to spare against its target). What Claude does not wait for (the run's resume in the
+database, the question cache's or pending set's clean-up, an always-allow rule for later
+runs) follows the response instead of delaying it.
 bench/askuser_latency.py and bench/approval_latency.py measure the acknowledgement
 (target: 3 ms p50).
 

@@ -144,8 +144,8 @@ class _Prepared(Generic[M]):
             raise ValueError(f"the placeholder for {self._key!r} is not one parameter of: {sql}")
         return _Compiled.of(compiler, alias, sql, tuple(params), found[0])
 
-    def _run(self, value: Any, *, limit: int | None) -> tuple[_Compiled, str, list[Any]]:
-        """The compiled query, its database, and its raw rows for ``value`` (``limit`` at most)."""
+    def _run(self, value: Any, *, limit: int | None) -> tuple[_Compiled, list[Any]]:
+        """The compiled query and its raw rows for ``value`` (``limit`` at most)."""
         key = self.key_field
         alias = router.db_for_read(self.model)
         compiled = self._compiled(alias)
@@ -155,7 +155,7 @@ class _Prepared(Generic[M]):
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
             rows = cursor.fetchall() if limit is None else cursor.fetchmany(limit)
-        return compiled, alias, rows
+        return compiled, rows
 
 
 class PreparedGet(_Prepared[M]):
@@ -164,7 +164,7 @@ class PreparedGet(_Prepared[M]):
 
     def get(self, value: Any) -> M:
         model = self.model
-        compiled, _alias, rows = self._run(value, limit=2)
+        compiled, rows = self._run(value, limit=2)
         name = model._meta.object_name
         if not rows:
             missing = f"{name} matching {self._key}={value!r} does not exist."
@@ -183,7 +183,7 @@ class PreparedRows(_Prepared[M]):
     ``rows`` gives every row as a tuple of its values, through the fields' converters."""
 
     def rows(self, value: Any) -> list[tuple[Any, ...]]:
-        compiled, _alias, rows = self._run(value, limit=None)
+        compiled, rows = self._run(value, limit=None)
         return [tuple(row) for row in compiled.values(rows)]
 
 
