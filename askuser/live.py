@@ -7,9 +7,11 @@ stream (``core.events``). Key names of this app live here and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import weakref
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError, ResponseError
@@ -289,8 +291,17 @@ def _held_polls() -> _HeldPolls:
     return _held.setdefault(asyncio.get_running_loop(), _HeldPolls())
 
 
+class TurnEnded(Exception):
+    """The run's relay token was revoked (its turn ended) while a relay poll of it waited:
+    nothing is taken, since no Claude would read it."""
+
+
 async def answer_pop(
-    question_id: str, *, wait_seconds: float, releasable: bool = False
+    question_id: str,
+    *,
+    wait_seconds: float,
+    releasable: bool = False,
+    unless_ended: int | None = None,
 ) -> dict[str, Any] | None:
     """Take the answer (once), waiting up to ``wait_seconds`` for it to arrive.
 
@@ -298,29 +309,105 @@ async def answer_pop(
     says it was collected, while an answer recorded but not yet pushed is not. A
     ``releasable`` wait (a relay endpoint's long-poll) is one this worker's shutdown ends
     (``polls_release``); once it has, no releasable wait blocks.
+
+    ``unless_ended`` (a run id: an answer's relay poll) takes nothing once that run's relay
+    token is revoked, and raises ``TurnEnded``: the poll's MCP server belongs to a turn that
+    ended, and an answer it took would be lost, where left alone the run's end sends it on
+    (``late.unread_answers_take``). Its wait then takes nothing either (``_RELAY_TAKE_LUA``).
     """
     client = get_async_redis()
     source, taken = answer_key(question_id), answer_taken_key(question_id)
     held = _held_polls() if releasable else None
+    blocks = wait_seconds > 0 and not (held is not None and held.released)
     raw: Any
-    if wait_seconds <= 0 or (held is not None and held.released):
-        raw = await client.lmove(source, taken, "LEFT", "RIGHT")
-    elif held is not None:
-        raw = await _releasable_move(client, held, source, taken, wait_seconds)
+    if unless_ended is not None:
+        keys = [source, taken, relay_token_key(unless_ended)]
+        # Taken at once when it is there (or the turn ended), else waited for.
+        raw = await client.register_script(_RELAY_TAKE_LUA)(keys=keys, args=_RELAY_TAKE_ARGS)
+        if raw is None and blocks:
+            raw = await _wait_then_take(client, held, keys, wait_seconds)
+        if raw == 0:
+            raise TurnEnded(unless_ended)
+        if not raw:
+            return None
     else:
-        # Redis takes fractional seconds here; redis-py's annotation says int.
-        raw = await client.blmove(source, taken, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
-    if not raw:
-        return None
-    # The taken marker's lifetime is set beside the answer's way back, not before it: that
-    # round trip, on a loop just busy with the decision, was the slowest step between a
-    # click and the tool running (bench/approval_latency.py: 2.9 ms p50, of a decision ->
-    # tool running of 32 ms).
-    expiring = asyncio.get_running_loop().create_task(_taken_expire(client, taken))
-    _expiring.add(expiring)  # held until done: the loop keeps only weak references
-    expiring.add_done_callback(_expiring.discard)
+        if blocks:
+            raw = await _wait_move(client, held, source, taken, wait_seconds)
+        else:
+            raw = await client.lmove(source, taken, "LEFT", "RIGHT")
+        if not raw:
+            return None
+        # The taken marker's lifetime is set beside the answer's way back, not before it:
+        # that round trip, on a loop just busy with the decision, was the slowest step
+        # between a click and the tool running (bench/approval_latency.py: 2.9 ms p50, of a
+        # decision -> tool running of 32 ms).
+        expiring = asyncio.get_running_loop().create_task(_taken_expire(client, taken))
+        _expiring.add(expiring)  # held until done: the loop keeps only weak references
+        expiring.add_done_callback(_expiring.discard)
     answer: dict[str, Any] = json.loads(raw)
     return answer
+
+
+async def _wait_move(
+    client: aredis.Redis, held: _HeldPolls | None, source: str, destination: str, wait_seconds: float
+) -> Any:
+    if held is not None:
+        return await _releasable_move(client, held, source, destination, wait_seconds)
+    # Redis takes fractional seconds here; redis-py's annotation says int.
+    return await client.blmove(source, destination, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
+
+
+# Whether a run's relay token carries the ended mark (ARGV ``mark``; '' checks nothing):
+# its turn ended (``relay_token_revoke``), so nothing may be taken for it.
+_TURN_ENDED_LUA_FUNCTION = """
+local function turn_ended(token_key, mark)
+  if mark == '' then return false end
+  local token = redis.call('GET', token_key)
+  return token ~= false and string.sub(token, 1, #mark) == mark
+end
+"""
+# A relay poll's take (KEYS: the answer list, the taken marker, the run's relay token; ARGV:
+# the ended mark, the taken marker's TTL): 0 once the turn ended, else the answer moved to
+# the taken marker, with its lifetime, or nothing.
+_RELAY_TAKE_LUA = (
+    _TURN_ENDED_LUA_FUNCTION
+    + """
+if turn_ended(KEYS[3], ARGV[1]) then return 0 end
+local taken = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+if taken then redis.call('EXPIRE', KEYS[2], tonumber(ARGV[2])) end
+return taken
+"""
+)
+_RELAY_TAKE_ARGS = (ENDED_MARK, ANSWER_TAKEN_TTL)
+
+
+async def _wait_then_take(
+    client: aredis.Redis, held: _HeldPolls | None, keys: list[str], wait_seconds: float
+) -> Any:
+    """The relay poll's wait and take (``_RELAY_TAKE_LUA``), sent together on one connection.
+
+    The wait is a ``BLMOVE`` of the answer list onto itself: it ends when an answer (or a
+    wake-up) is there, and leaves it where it is. Redis runs the take, queued behind it, the
+    moment the wait ends, so the check of the token costs the answer no round trip. A wait
+    cut off (the poll's client went away, ``polls_release``) has taken nothing: the take
+    either ran, and its reply is the poll's, or never did."""
+    source = keys[0]
+    async with _held_connection(client, held) as connection:
+        await connection.initialize()
+        conn = connection.connection
+        assert conn is not None  # a single-connection client has it once initialized
+        commands: list[tuple[str | int | float, ...]] = [
+            ("BLMOVE", source, source, "LEFT", "RIGHT", wait_seconds),
+            ("EVAL", _RELAY_TAKE_LUA, len(keys), *keys, *_RELAY_TAKE_ARGS),
+        ]
+        try:
+            await conn.send_packed_command(conn.pack_commands(commands))
+            await conn.read_response()  # the wait's: what the list held, or nothing
+            return await conn.read_response()
+        except BaseException:
+            # A reply left unread must not reach whoever uses the connection next.
+            await conn.disconnect(nowait=True)
+            raise
 
 
 _expiring: set[asyncio.Task[None]] = set()
@@ -338,7 +425,7 @@ async def _taken_expire(client: aredis.Redis, taken: str) -> None:
 
 
 async def _releasable_move(
-    client: aredis.Redis, held: _HeldPolls, source: str, taken: str, wait_seconds: float
+    client: aredis.Redis, held: _HeldPolls, source: str, destination: str, wait_seconds: float
 ) -> Any:
     """``BLMOVE`` on a connection whose Redis client id ``polls_release`` may unblock.
 
@@ -347,14 +434,22 @@ async def _releasable_move(
     a cancelled command may have moved the answer nobody then returns, and a wake-up
     pushed to the list may be taken by another poll of the question (the run's own poll,
     through its own worker), leaving this one blocked."""
+    async with _held_connection(client, held) as connection:
+        return await connection.blmove(source, destination, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def _held_connection(client: aredis.Redis, held: _HeldPolls | None) -> AsyncIterator[aredis.Redis]:
+    """A connection of its own for a blocking wait, whose Redis client id ``polls_release``
+    may unblock while the wait lasts (``held``; None: a wait no shutdown ends)."""
     async with client.client() as connection:
-        client_id = await _client_id(connection, held)
-        if client_id is not None:
+        client_id = await _client_id(connection, held) if held is not None else None
+        if held is not None and client_id is not None:
             held.blocked.add(client_id)
         try:
-            return await connection.blmove(source, taken, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
+            yield connection
         finally:
-            if client_id is not None:
+            if held is not None and client_id is not None:
                 held.blocked.discard(client_id)
 
 
@@ -408,17 +503,20 @@ def polls_released() -> bool:
 
 
 # An answer the database holds whose hand-off never reached Redis: the poll takes it from
-# there, once. KEYS: the answer list, the taken marker[, the run's events stream, its
-# sequence]; ARGV: the stored answer, the taken marker's TTL[, the card's events]. An
-# answer the list does hold (a push that came after all) is taken instead, and the events,
-# which came with it, are not appended twice.
+# there, once. KEYS: the answer list, the taken marker, the run's relay token[, the run's
+# events stream, its sequence]; ARGV: the stored answer, the taken marker's TTL, the ended
+# mark or ''[, the card's events]. With the mark, nothing is taken once the run's turn
+# ended (0), as ``_RELAY_TAKE_LUA``. An answer the list does hold (a push that came after
+# all) is taken instead, and the events, which came with it, are not appended twice.
 _TAKE_STORED_LUA = (
     events.APPEND_LUA_FUNCTION
+    + _TURN_ENDED_LUA_FUNCTION
     + """
+if turn_ended(KEYS[3], ARGV[3]) then return 0 end
 if redis.call('EXISTS', KEYS[2]) == 1 then return false end
 local queued = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
 if not queued then
-  if #KEYS == 4 then append_events(KEYS[3], KEYS[4], ARGV, 3) end
+  if #KEYS == 5 then append_events(KEYS[4], KEYS[5], ARGV, 4) end
   redis.call('RPUSH', KEYS[2], ARGV[1])
   queued = ARGV[1]
 end
@@ -429,15 +527,29 @@ return queued
 
 
 async def answer_take_stored(
-    question_id: str, stored: dict[str, Any], *, run_events: events.RunEvents | None = None
+    question_id: str,
+    stored: dict[str, Any],
+    *,
+    run_events: events.RunEvents | None = None,
+    unless_ended: int | None = None,
 ) -> dict[str, Any] | None:
     """Take the answer the database holds for a question whose hand-off never came (its
     pusher died between the commit and the push, or Redis failed it), marking it taken as
     ``answer_pop`` does; None when a poll took it already. ``run_events`` (the card's
-    update) are appended only if the hand-off, which carries them, never came."""
-    raw = await _answer_script(
-        _TAKE_STORED_LUA, question_id, [encode_json(stored), ANSWER_TAKEN_TTL], run_events
-    )
+    update) are appended only if the hand-off, which carries them, never came.
+    ``unless_ended`` as ``answer_pop``'s (a relay poll's take; raises ``TurnEnded``)."""
+    taken_key = answer_taken_key(question_id)
+    # Without a run to look at, the token's place holds a key the script then never reads.
+    guarded = unless_ended is not None
+    token_key = relay_token_key(unless_ended) if unless_ended is not None else taken_key
+    keys = [answer_key(question_id), taken_key, token_key]
+    args: list[Any] = [encode_json(stored), ANSWER_TAKEN_TTL, ENDED_MARK if guarded else ""]
+    if run_events is not None and run_events[1]:
+        keys += [events.events_key(run_events[0]), events.seq_key(run_events[0])]
+        args += events.append_args(run_events[1])
+    raw = await get_async_redis().register_script(_TAKE_STORED_LUA)(keys=keys, args=args)
+    if raw == 0:
+        raise TurnEnded(unless_ended)
     if not raw:
         return None
     taken: dict[str, Any] = json.loads(raw)

@@ -396,9 +396,10 @@ def _answered_event(question: Question) -> dict[str, Any]:
     return event
 
 
-async def _answer_from_database(question: Question) -> PollResult:
+async def _answer_from_database(question: Question, *, unless_ended: int | None = None) -> PollResult:
     """Deliver an answer whose hand-off was lost (``_handoff_lost``) from the database, once,
-    and finish what its submit did not: the card's update, the run's resume, the cache."""
+    and finish what its submit did not: the card's update, the run's resume, the cache.
+    ``unless_ended`` as ``live.answer_take_stored``'s (raises ``live.TurnEnded``)."""
     question_id = str(question.question_id)
     handoff = question.answer_form().handoff()
     event = await sync_to_async(_answered_event)(question)
@@ -406,6 +407,7 @@ async def _answer_from_database(question: Question) -> PollResult:
         question_id,
         handoff.model_dump(),
         run_events=card_and_resume(question.run_id, "ask_user_answered", event),
+        unless_ended=unless_ended,
     )
     if taken is None:
         return PollResult("consumed")
@@ -419,14 +421,24 @@ async def answer_wait(
     *, run_id: int, question_id: str, wait_seconds: float, releasable: bool = False
 ) -> PollResult:
     """The long-poll: the answer the moment it exists, else "waiting" or a final state
-    (``releasable``: a relay endpoint's, which this worker's shutdown ends, ``live.answer_pop``)."""
+    (``releasable``: a relay endpoint's, which this worker's shutdown ends, ``live.answer_pop``,
+    and which takes nothing once its run's turn ended: ``Gone``, as its next poll would get)."""
     question = await sync_to_async(_question_for_run)(question_id, run_id)
     if question.status in _CLOSED_STATUSES:
         return PollResult(_CLOSED_STATUSES[QuestionStatus(question.status)])
     remaining = (question.expires_at - timezone.now()).total_seconds()
-    answer = await live.answer_pop(
-        question_id, wait_seconds=max(0.0, min(wait_seconds, remaining)), releasable=releasable
-    )
+    # A relay poll takes nothing once its run's turn ended: its MCP server would hand the
+    # answer to no one, and left where it is, the run's end sends it on (``late``).
+    unless_ended = run_id if releasable else None
+    try:
+        answer = await live.answer_pop(
+            question_id,
+            wait_seconds=max(0.0, min(wait_seconds, remaining)),
+            releasable=releasable,
+            unless_ended=unless_ended,
+        )
+    except live.TurnEnded:
+        raise Gone(MSG_RUN_FINISHED, code="run_finished") from None
     if answer is not None and answer != live.ANSWER_WAKE:
         return PollResult("answered", Handoff.model_validate(answer))
     question = await sync_to_async(_question_for_run)(question_id, run_id)
@@ -434,7 +446,10 @@ async def answer_wait(
         if await live.answer_taken(question_id):
             return PollResult("consumed")
         if _handoff_lost(question) and not (releasable and live.polls_released()):
-            return await _answer_from_database(question)
+            try:
+                return await _answer_from_database(question, unless_ended=unless_ended)
+            except live.TurnEnded:
+                raise Gone(MSG_RUN_FINISHED, code="run_finished") from None
         # The database commits the answer before Redis gets it: until some poll has taken
         # it, the answer is on its way, not gone.
         return PollResult("waiting")

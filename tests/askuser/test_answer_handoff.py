@@ -20,10 +20,11 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from askuser import live, services
+from askuser import late, live, services
 from askuser.models import Question, QuestionSource, QuestionStatus
 from core import events
 from core import redis as core_redis
+from core.errors import Gone
 from core.questions import AnswerIn, Handoff
 from promptmgr.models import Run, RunStatus
 from tests.helpers import make_run, open_question, owned_run
@@ -246,6 +247,87 @@ async def test_a_released_relay_poll_takes_no_answer_from_the_database(
     assert not await live.answer_taken(question_id)
     taken = await services.answer_wait(run_id=run.pk, question_id=question_id, wait_seconds=0.2)
     assert taken == services.PollResult("answered", Handoff.model_validate(HANDOFF))
+
+
+async def turn_ended(run_id: int) -> None:
+    """What the end of a CLI turn does to its relay token (the MCP server's poll may still wait)."""
+    await live.relay_token_store(run_id, "token-hash", ttl=60)
+    await live.relay_token_revoke(run_id)
+
+
+@pytest.mark.asyncio
+async def test_a_relay_poll_of_an_ended_turn_takes_no_answer_and_the_runs_end_sends_it_on(
+    transactional_db: Any, alice: Any
+) -> None:
+    run, question_id = await asked(alice)
+    await live.relay_token_store(run.pk, "token-hash", ttl=60)
+    held = asyncio.create_task(_relay_poll(run.pk, question_id))
+    await _until_held(1)
+    # The turn ends (cancelled, or its CLI died) while its MCP server's poll still waits;
+    # then the person answers the card, still open, as answer_submit does.
+    await live.relay_token_revoke(run.pk)
+    await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
+    await live.answer_push(question_id, HANDOFF, ttl=60)
+
+    with pytest.raises(Gone) as ended:
+        await asyncio.wait_for(held, 5)
+    assert ended.value.code == "run_finished"
+    assert not await live.answer_taken(question_id)
+    [unread] = await late.unread_answers_take(run.pk)
+    assert (unread.question_id, unread.answers) == (question_id, {"Proceed?": "Yes"})
+
+
+@pytest.mark.asyncio
+async def test_a_relay_poll_cut_off_while_it_waits_leaves_the_answer_for_the_next(
+    transactional_db: Any, alice: Any
+) -> None:
+    run, question_id = await asked(alice)
+    held = asyncio.create_task(_relay_poll(run.pk, question_id))
+    await _until_held(1)
+
+    # Its client went away: the server cancels the request.
+    held.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held
+    await live.answer_push(question_id, HANDOFF, ttl=60)
+
+    assert not await live.answer_taken(question_id)
+    again = await asyncio.wait_for(_relay_poll(run.pk, question_id), 5)
+    assert again == services.PollResult("answered", Handoff.model_validate(HANDOFF))
+
+
+@pytest.mark.asyncio
+async def test_a_relay_poll_of_an_ended_turn_takes_no_answer_from_the_database(
+    transactional_db: Any, alice: Any
+) -> None:
+    run, question_id = await hand_off_lost(alice)
+    await turn_ended(run.pk)
+
+    with pytest.raises(Gone):
+        await _relay_poll(run.pk, question_id)
+    assert not await live.answer_taken(question_id)
+    assert [u.question_id for u in await late.unread_answers_take(run.pk)] == [question_id]
+
+
+@pytest.mark.asyncio
+async def test_a_relay_poll_of_a_live_turn_takes_the_answer_waiting_for_it(
+    transactional_db: Any, alice: Any
+) -> None:
+    run, question_id = await asked(alice)
+    await live.relay_token_store(run.pk, "token-hash", ttl=60)
+    held = asyncio.create_task(_relay_poll(run.pk, question_id))
+    await _until_held(1)
+    await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
+    await live.answer_push(question_id, HANDOFF, ttl=60)
+
+    assert await asyncio.wait_for(held, 5) == services.PollResult("answered", Handoff.model_validate(HANDOFF))
+    assert await live.answer_taken(question_id)
+    assert (
+        0
+        < await core_redis.get_async_redis().ttl(live.answer_taken_key(question_id))
+        <= live.ANSWER_TAKEN_TTL
+    )
+    assert await late.unread_answers_take(run.pk) == []
 
 
 @pytest.mark.asyncio

@@ -10,11 +10,16 @@ run's end (its end snapshot) until the answer is in.
 
 from __future__ import annotations
 
+import json
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from django.conf import settings
 
+from askuser import live
 from askuser.models import LateDelivery, Question, QuestionStatus
 from promptmgr.models import Run
 from tests.conftest import LiveServer
@@ -31,6 +36,7 @@ from tests.helpers import (
     script,
     start_run,
     submit_answer,
+    wait_until,
 )
 
 pytestmark = pytest.mark.e2e
@@ -40,6 +46,11 @@ UNREAD_TEXT = "Answer to your question “{question}” (your turn ended before 
 
 def of(events: list[SSEEvent], name: str) -> list[dict[str, Any]]:
     return [e.data for e in events if e.event == name]
+
+
+def relay_polls_waiting() -> int:
+    """Relay long-polls the app server (in this process) holds blocked in Redis."""
+    return sum(len(held.blocked) for held in list(live._held.values()))
 
 
 def asked(client: httpx.Client, project: Any) -> tuple[dict[str, Any], str]:
@@ -120,6 +131,46 @@ def test_an_answer_a_cancelled_turn_never_read_is_reported_on_its_card(
     assert list(Run.objects.filter(conversation__project=project).values_list("pk", flat=True)) == [
         started["run_id"]
     ]
+    assert Question.objects.get(question_id=question_id).status == QuestionStatus.LATE
+
+
+def test_an_answer_a_poll_still_open_after_its_turn_ended_would_take_is_reported_on_its_card(
+    app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relay long-poll can outlive its turn: the ended turn's MCP server is killed, but
+    the server notices its connection is gone only a moment later (under load, after the
+    person's answer came). Here the test holds such a poll open itself, with the run's
+    relay token, so it surely still waits when the person answers. It must not take the
+    answer, which nobody would then read."""
+    end = HeldEnd(monkeypatch)
+    project = make_project(owner=alice, ask_user_timeout=120)
+    client = login_client(app_server, "alice", "alice-password")
+    started, question_id = asked(client, project)
+    [config] = list(Path(settings.RUN_SECRETS_DIR).glob(f"run-{started['run_id']}-*/ask-user.json"))
+    token = json.loads(config.read_text())["relayToken"]
+    with ThreadPoolExecutor(1) as pool:
+        poll = pool.submit(
+            httpx.get,
+            f"{app_server.url}/api/askuser/poll-answer",
+            params={"question_id": question_id},
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=60,
+        )
+        # The MCP server's poll and the test's.
+        wait_until(lambda: relay_polls_waiting() >= 2, timeout=10, what="the test's poll to wait")
+
+        assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
+        end.wait()
+        response = submit_answer(client, question_id, answer="Red")
+        assert response.status_code == 200, response.text
+        polled = poll.result(timeout=30)
+    end.release.set()
+
+    assert (polled.status_code, polled.json().get("code")) == (410, "run_finished"), polled.text
+    events = read_sse(client, started["events_url"])
+    assert events[-1].data == {"status": "cancelled"}
+    [undelivered] = of(events, "user_message_undelivered")
+    assert undelivered["question_id"] == question_id
     assert Question.objects.get(question_id=question_id).status == QuestionStatus.LATE
 
 
