@@ -70,6 +70,7 @@ __all__ = [
     "cards_close_for_run",
     "redact_tokens",
     "relay_close",
+    "relay_revoke",
     "relay_session_open",
     "run_question_keys",
     "show_waiting_question",
@@ -90,6 +91,14 @@ async def show_waiting_question(run_id: int) -> bool:
     if await live.question_cache_get(run_id) is not None:
         return True
     return await live.permissions_pending(run_id)
+
+
+async def relay_revoke(session: RelaySession) -> None:
+    """The turn is ending: its token stops working now, so no relay poll takes an answer
+    the turn will never read (``live.answer_pop``'s ``unless_ended``); its secrets stay
+    until ``relay_close``. A Redis outage leaves that to ``relay_close``."""
+    with contextlib.suppress(redis.RedisError):
+        await live.relay_token_revoke(session.run_id)
 
 
 async def relay_close(session: RelaySession) -> None:

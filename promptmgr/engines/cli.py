@@ -68,6 +68,10 @@ class CLITurn:
         self.process.terminate()
 
     async def stop(self) -> int:
+        if self._relay is not None:
+            # Before the CLI's exit is waited for: an answer given meanwhile stays for the
+            # run's end to send on, rather than go to a poll of a turn that reads no more.
+            await askuser.relay_revoke(self._relay)
         code = await self.process.stop()
         if self._relay is not None:
             relay, self._relay = self._relay, None
