@@ -255,14 +255,20 @@ async def turn_ended(run_id: int) -> None:
     await live.relay_token_revoke(run_id)
 
 
+async def relay_poll_waiting(owner: Any) -> tuple[Any, str, asyncio.Task[services.PollResult]]:
+    """``asked``, its run's relay token live, and its MCP server's poll waiting in Redis."""
+    run, question_id = await asked(owner)
+    await live.relay_token_store(run.pk, "token-hash", ttl=60)
+    poll = asyncio.create_task(_relay_poll(run.pk, question_id))
+    await _until_held(1)
+    return run, question_id, poll
+
+
 @pytest.mark.asyncio
 async def test_a_relay_poll_of_an_ended_turn_takes_no_answer_and_the_runs_end_sends_it_on(
     transactional_db: Any, alice: Any
 ) -> None:
-    run, question_id = await asked(alice)
-    await live.relay_token_store(run.pk, "token-hash", ttl=60)
-    held = asyncio.create_task(_relay_poll(run.pk, question_id))
-    await _until_held(1)
+    run, question_id, held = await relay_poll_waiting(alice)
     # The turn ends (cancelled, or its CLI died) while its MCP server's poll still waits;
     # then the person answers the card, still open, as answer_submit does.
     await live.relay_token_revoke(run.pk)
@@ -313,10 +319,7 @@ async def test_a_relay_poll_of_an_ended_turn_takes_no_answer_from_the_database(
 async def test_a_relay_poll_of_a_live_turn_takes_the_answer_waiting_for_it(
     transactional_db: Any, alice: Any
 ) -> None:
-    run, question_id = await asked(alice)
-    await live.relay_token_store(run.pk, "token-hash", ttl=60)
-    held = asyncio.create_task(_relay_poll(run.pk, question_id))
-    await _until_held(1)
+    run, question_id, held = await relay_poll_waiting(alice)
     await sync_to_async(record_answer_in_the_database_only)(question_id, alice)
     await live.answer_push(question_id, HANDOFF, ttl=60)
 
