@@ -423,6 +423,13 @@ async def answer_wait(
     """The long-poll: the answer the moment it exists, else "waiting" or a final state
     (``releasable``: a relay endpoint's, which this worker's shutdown ends, ``live.answer_pop``,
     and which takes nothing once its run's turn ended: ``Gone``, as its next poll would get)."""
+    try:
+        return await _answer_wait(run_id, question_id, wait_seconds, releasable=releasable)
+    except live.TurnEnded:
+        raise Gone(MSG_RUN_FINISHED, code="run_finished") from None
+
+
+async def _answer_wait(run_id: int, question_id: str, wait_seconds: float, *, releasable: bool) -> PollResult:
     question = await sync_to_async(_question_for_run)(question_id, run_id)
     if question.status in _CLOSED_STATUSES:
         return PollResult(_CLOSED_STATUSES[QuestionStatus(question.status)])
@@ -430,15 +437,12 @@ async def answer_wait(
     # A relay poll takes nothing once its run's turn ended: its MCP server would hand the
     # answer to no one, and left where it is, the run's end sends it on (``late``).
     unless_ended = run_id if releasable else None
-    try:
-        answer = await live.answer_pop(
-            question_id,
-            wait_seconds=max(0.0, min(wait_seconds, remaining)),
-            releasable=releasable,
-            unless_ended=unless_ended,
-        )
-    except live.TurnEnded:
-        raise Gone(MSG_RUN_FINISHED, code="run_finished") from None
+    answer = await live.answer_pop(
+        question_id,
+        wait_seconds=max(0.0, min(wait_seconds, remaining)),
+        releasable=releasable,
+        unless_ended=unless_ended,
+    )
     if answer is not None and answer != live.ANSWER_WAKE:
         return PollResult("answered", Handoff.model_validate(answer))
     question = await sync_to_async(_question_for_run)(question_id, run_id)
@@ -446,10 +450,7 @@ async def answer_wait(
         if await live.answer_taken(question_id):
             return PollResult("consumed")
         if _handoff_lost(question) and not (releasable and live.polls_released()):
-            try:
-                return await _answer_from_database(question, unless_ended=unless_ended)
-            except live.TurnEnded:
-                raise Gone(MSG_RUN_FINISHED, code="run_finished") from None
+            return await _answer_from_database(question, unless_ended=unless_ended)
         # The database commits the answer before Redis gets it: until some poll has taken
         # it, the answer is on its way, not gone.
         return PollResult("waiting")
