@@ -351,10 +351,19 @@ async def answer_pop(
 async def _wait_move(
     client: aredis.Redis, held: _HeldPolls | None, source: str, destination: str, wait_seconds: float
 ) -> Any:
-    if held is not None:
-        return await _releasable_move(client, held, source, destination, wait_seconds)
-    # Redis takes fractional seconds here; redis-py's annotation says int.
-    return await client.blmove(source, destination, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
+    """``BLMOVE``; with ``held``, on a connection whose Redis client id ``polls_release``
+    may unblock.
+
+    Unblocked (``CLIENT UNBLOCK``), the command ends as at its timeout, within Redis:
+    either it moved the answer, and returns it, or it moved nothing. The alternatives lose:
+    a cancelled command may have moved the answer nobody then returns, and a wake-up
+    pushed to the list may be taken by another poll of the question (the run's own poll,
+    through its own worker), leaving this one blocked."""
+    if held is None:
+        # Redis takes fractional seconds here; redis-py's annotation says int.
+        return await client.blmove(source, destination, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
+    async with _held_connection(client, held) as connection:
+        return await connection.blmove(source, destination, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
 
 
 # Whether a run's relay token carries the ended mark (ARGV ``mark``; '' checks nothing):
@@ -424,33 +433,20 @@ async def _taken_expire(client: aredis.Redis, taken: str) -> None:
         logger.warning("could not set the TTL of an answer's taken marker: %s", exc)
 
 
-async def _releasable_move(
-    client: aredis.Redis, held: _HeldPolls, source: str, destination: str, wait_seconds: float
-) -> Any:
-    """``BLMOVE`` on a connection whose Redis client id ``polls_release`` may unblock.
-
-    Unblocked (``CLIENT UNBLOCK``), the command ends as at its timeout, within Redis:
-    either it moved the answer, and returns it, or it moved nothing. The alternatives lose:
-    a cancelled command may have moved the answer nobody then returns, and a wake-up
-    pushed to the list may be taken by another poll of the question (the run's own poll,
-    through its own worker), leaving this one blocked."""
-    async with _held_connection(client, held) as connection:
-        return await connection.blmove(source, destination, wait_seconds, "LEFT", "RIGHT")  # type: ignore[arg-type]
-
-
 @contextlib.asynccontextmanager
 async def _held_connection(client: aredis.Redis, held: _HeldPolls | None) -> AsyncIterator[aredis.Redis]:
     """A connection of its own for a blocking wait, whose Redis client id ``polls_release``
     may unblock while the wait lasts (``held``; None: a wait no shutdown ends)."""
+    blocked: set[int] = held.blocked if held is not None else set()
     async with client.client() as connection:
         client_id = await _client_id(connection, held) if held is not None else None
-        if held is not None and client_id is not None:
-            held.blocked.add(client_id)
+        if client_id is not None:
+            blocked.add(client_id)
         try:
             yield connection
         finally:
-            if held is not None and client_id is not None:
-                held.blocked.discard(client_id)
+            if client_id is not None:
+                blocked.discard(client_id)
 
 
 async def _client_id(connection: aredis.Redis, held: _HeldPolls) -> int | None:
@@ -483,12 +479,17 @@ async def polls_release() -> int:
 
 
 async def _answer_script(
-    source: str, question_id: str, args: list[Any], run_events: events.RunEvents | None
+    source: str,
+    question_id: str,
+    args: list[Any],
+    run_events: events.RunEvents | None,
+    *,
+    extra_keys: tuple[str, ...] = (),
 ) -> Any:
     """Run a script over a question's hand-off: KEYS the answer list and the taken marker,
-    then, with ``run_events``, the run's events stream and sequence; ARGV ``args``, then
-    the events (``events.APPEND_LUA_FUNCTION``'s arguments, from ARGV[3])."""
-    keys = [answer_key(question_id), answer_taken_key(question_id)]
+    ``extra_keys``, then, with ``run_events``, the run's events stream and sequence; ARGV
+    ``args``, then the events (``events.APPEND_LUA_FUNCTION``'s arguments, after ``args``)."""
+    keys = [answer_key(question_id), answer_taken_key(question_id), *extra_keys]
     if run_events is not None and run_events[1]:
         run_id, appended = run_events
         keys += [events.events_key(run_id), events.seq_key(run_id)]
@@ -538,16 +539,18 @@ async def answer_take_stored(
     ``answer_pop`` does; None when a poll took it already. ``run_events`` (the card's
     update) are appended only if the hand-off, which carries them, never came.
     ``unless_ended`` as ``answer_pop``'s (a relay poll's take; raises ``TurnEnded``)."""
-    taken_key = answer_taken_key(question_id)
-    # Without a run to look at, the token's place holds a key the script then never reads.
-    guarded = unless_ended is not None
-    token_key = relay_token_key(unless_ended) if unless_ended is not None else taken_key
-    keys = [answer_key(question_id), taken_key, token_key]
-    args: list[Any] = [encode_json(stored), ANSWER_TAKEN_TTL, ENDED_MARK if guarded else ""]
-    if run_events is not None and run_events[1]:
-        keys += [events.events_key(run_events[0]), events.seq_key(run_events[0])]
-        args += events.append_args(run_events[1])
-    raw = await get_async_redis().register_script(_TAKE_STORED_LUA)(keys=keys, args=args)
+    if unless_ended is None:
+        # No run to look at: the token's place holds a key the script then never reads.
+        token_key, mark = answer_taken_key(question_id), ""
+    else:
+        token_key, mark = relay_token_key(unless_ended), ENDED_MARK
+    raw = await _answer_script(
+        _TAKE_STORED_LUA,
+        question_id,
+        [encode_json(stored), ANSWER_TAKEN_TTL, mark],
+        run_events,
+        extra_keys=(token_key,),
+    )
     if raw == 0:
         raise TurnEnded(unless_ended)
     if not raw:
