@@ -9,6 +9,8 @@ token (``askuser``); the turn owns that relay session and closes it once the CLI
 
 from __future__ import annotations
 
+import asyncio
+
 from django.conf import settings
 
 from askuser import facade as askuser
@@ -41,6 +43,8 @@ class CLITurn:
         self.ask_user = ask_user
         self._relay = relay
         self._confinement = confinement
+        # The relay token's revoke, started as soon as the turn is known to end.
+        self._revoke: asyncio.Task[None] | None = None
         assert process.input is not None  # spawned with its input open
         self.input = TurnInput(write=process.input.write, end=process.input.close)
 
@@ -53,6 +57,9 @@ class CLITurn:
     def _observed(self, item: Item | None | LineTimeout) -> Item | None | LineTimeout:
         if isinstance(item, Message):
             self.input.observe(item.data)
+        elif item is None:
+            # The output ended (the CLI exited, or died): it reads no more answers.
+            self._revoke_now()
         return item
 
     async def send_message(self, text: str, message_id: str) -> bool:
@@ -65,13 +72,24 @@ class CLITurn:
         return self.input.unstarted()
 
     def terminate(self) -> None:
+        # The CLI may take a while to exit after its signal, and its MCP server polls on
+        # meanwhile: the token ends now, so an answer given then stays for the run's end.
+        self._revoke_now()
         self.process.terminate()
 
+    def _revoke_now(self) -> None:
+        """Start revoking the relay token (``askuser.relay_revoke``), once; ``stop`` awaits it.
+
+        Called from the cancel's callback and the read loop, both on the run's event loop."""
+        if self._relay is not None and self._revoke is None:
+            self._revoke = asyncio.get_running_loop().create_task(askuser.relay_revoke(self._relay))
+
     async def stop(self) -> int:
-        if self._relay is not None:
-            # Before the CLI's exit is waited for: an answer given meanwhile stays for the
-            # run's end to send on, rather than go to a poll of a turn that reads no more.
-            await askuser.relay_revoke(self._relay)
+        # Before the CLI's exit is waited for: an answer given meanwhile stays for the run's
+        # end to send on, rather than go to a poll of a turn that reads no more.
+        self._revoke_now()
+        if self._revoke is not None:
+            await self._revoke
         code = await self.process.stop()
         if self._relay is not None:
             relay, self._relay = self._relay, None

@@ -10,8 +10,10 @@ run's end (its end snapshot) until the answer is in.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,9 @@ from django.conf import settings
 
 from askuser import live
 from askuser.models import LateDelivery, Question, QuestionStatus
+from core.redis import get_redis
 from promptmgr.models import Run
+from promptmgr.processes import ManagedProcess
 from tests.conftest import LiveServer
 from tests.engines.support import ask_user_question, mcp_ask_user, sdk_question
 from tests.helpers import (
@@ -146,18 +150,8 @@ def test_an_answer_a_poll_still_open_after_its_turn_ended_would_take_is_reported
     project = make_project(owner=alice, ask_user_timeout=120)
     client = login_client(app_server, "alice", "alice-password")
     started, question_id = asked(client, project)
-    [config] = list(Path(settings.RUN_SECRETS_DIR).glob(f"run-{started['run_id']}-*/ask-user.json"))
-    token = json.loads(config.read_text())["relayToken"]
     with ThreadPoolExecutor(1) as pool:
-        poll = pool.submit(
-            httpx.get,
-            f"{app_server.url}/api/askuser/poll-answer",
-            params={"question_id": question_id},
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=60,
-        )
-        # The MCP server's poll and the test's.
-        wait_until(lambda: relay_polls_waiting() >= 2, timeout=10, what="the test's poll to wait")
+        poll = relay_poll_waiting(app_server, pool, started["run_id"], question_id)
 
         assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
         end.wait()
@@ -167,6 +161,82 @@ def test_an_answer_a_poll_still_open_after_its_turn_ended_would_take_is_reported
     end.release.set()
 
     assert (polled.status_code, polled.json().get("code")) == (410, "run_finished"), polled.text
+    assert_reported_unread(client, started, question_id)
+
+
+def test_an_answer_given_while_a_cancelled_cli_is_still_exiting_is_reported_on_its_card(
+    app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cancelled CLI may take a while to exit after its signal, and its MCP server polls
+    on meanwhile: the turn stops reading answers at the cancel, not at the CLI's exit. The
+    test holds the signal back, so the CLI and its poll surely live on when the person
+    answers."""
+    signal = HeldSignal(monkeypatch)
+    project = make_project(owner=alice, ask_user_timeout=120)
+    client = login_client(app_server, "alice", "alice-password")
+    started, question_id = asked(client, project)
+    with ThreadPoolExecutor(1) as pool:
+        poll = relay_poll_waiting(app_server, pool, started["run_id"], question_id)
+
+        assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
+        assert signal.asked.wait(30), "the cancel never reached the CLI's turn"
+        wait_until(
+            lambda: relay_token_ended(started["run_id"]), timeout=10, what="the turn to stop reading answers"
+        )
+        response = submit_answer(client, question_id, answer="Red")
+        assert response.status_code == 200, response.text
+        polled = poll.result(timeout=30)
+        signal.release()
+
+    assert (polled.status_code, polled.json().get("code")) == (410, "run_finished"), polled.text
+    assert_reported_unread(client, started, question_id)
+
+
+class HeldSignal:
+    """A cancel reaches the run's turn, but its CLI gets the stop signal only when the test
+    lets it go (``release``): the CLI runs on meanwhile, as a slow exit would."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.asked = threading.Event()
+        self._held: list[tuple[asyncio.AbstractEventLoop, ManagedProcess]] = []
+        self._terminate = ManagedProcess.terminate
+
+        def held(process: ManagedProcess) -> None:
+            self._held.append((asyncio.get_running_loop(), process))
+            self.asked.set()
+
+        monkeypatch.setattr(ManagedProcess, "terminate", held)
+
+    def release(self) -> None:
+        for loop, process in self._held:
+            loop.call_soon_threadsafe(self._terminate, process)
+
+
+def relay_poll_waiting(
+    app_server: LiveServer, pool: ThreadPoolExecutor, run_id: int, question_id: str
+) -> Future[httpx.Response]:
+    """A poll-answer of the test's own with the run's relay token, blocked in Redis beside
+    the MCP server's."""
+    [config] = list(Path(settings.RUN_SECRETS_DIR).glob(f"run-{run_id}-*/ask-user.json"))
+    token = json.loads(config.read_text())["relayToken"]
+    poll = pool.submit(
+        httpx.get,
+        f"{app_server.url}/api/askuser/poll-answer",
+        params={"question_id": question_id},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+    )
+    wait_until(lambda: relay_polls_waiting() >= 2, timeout=10, what="the test's poll to wait")
+    return poll
+
+
+def relay_token_ended(run_id: int) -> bool:
+    token: Any = get_redis().get(live.relay_token_key(run_id))
+    return token is not None and str(token).startswith(live.ENDED_MARK)
+
+
+def assert_reported_unread(client: httpx.Client, started: dict[str, Any], question_id: str) -> None:
+    """The cancelled run's card says Claude never read its answer."""
     events = read_sse(client, started["events_url"])
     assert events[-1].data == {"status": "cancelled"}
     [undelivered] = of(events, "user_message_undelivered")
