@@ -41,7 +41,10 @@ command never matches it: the CLI wraps each one in its own script.
 Each run's prefix is a script of its own under ``VAR_DIR`` (the CLI spawns an MCP server
 with the prefix as its program, so it can take no arguments). It names the sandbox by its
 first process's PID and checks, before entering, for a marker directory only that sandbox
-has, so a PID reused after the sandbox ended is never entered. The prefix is set in the
+has, so a PID reused after the sandbox ended is never entered. Its path is chosen before
+the sandbox starts (``prefix_path``), so the CLI engine can spawn the CLI meanwhile: until
+``RunSandbox.open`` puts the entering script there, the path holds a pending one
+(``write_pending_prefix``) in which a command waits, the ask-user server's line apart. The prefix is set in the
 CLI's environment and in the flag layer of its settings (``env``), which a workspace's own
 settings cannot override (``tests/harness/test_sandbox_contract.py`` pins what this module
 relies on).
@@ -52,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -101,6 +105,9 @@ exec sleep infinity
 """
 READY = b"ready"
 START_TIMEOUT = 10.0
+# How long a command waits in a pending prefix at most. A safety net only: the run's end
+# removes its prefix, which ends the wait (``remove_prefix``).
+PENDING_LIMIT = 600.0
 STOP_TIMEOUT = 5.0
 MSG_ENDED = "This run's sandbox has ended; the command did not run."
 
@@ -112,7 +119,9 @@ MSG_ENDED = "This run's sandbox has ended; the command did not run."
 # a workspace's settings (``env``) can set, and a program found there would run before the
 # sandbox's entry (nsenter) or inside it with every capability of its namespace (setpriv).
 # It also spares each command the failed exec of every PATH entry before the right one.
-PREFIX_SCRIPT = """#!/bin/sh
+# Both prefix scripts start alike: one command line, and the ask-user MCP server's runs
+# outside, at once (the CLI connects it before the turn, even while the sandbox starts).
+PREFIX_HEAD = """#!/bin/sh
 # CLAUDE_CODE_SHELL_PREFIX of one run in its run sandbox; written by promptmgr/run_sandbox.py.
 # The CLI calls it with one argument, the command line (a shell command, an MCP server's).
 if [ "$#" -ne 1 ]; then
@@ -123,7 +132,10 @@ fi
 if [ "$1" = {trusted} ]; then
     exec /bin/sh -c "$1"
 fi
-# The marker exists only in this run's sandbox: a PID reused after it ended is never entered.
+"""
+PREFIX_SCRIPT = (
+    PREFIX_HEAD
+    + """# The marker exists only in this run's sandbox: a PID reused after it ended is never entered.
 if [ ! -d /proc/{pid}/root{marker} ]; then
     echo {ended} >&2
     exit 126
@@ -134,6 +146,31 @@ exec {nsenter} --target {pid} --user --mount --net --pid --ipc --uts --cgroup --
     {setpriv} --bounding-set=-all --inh-caps=-all --ambient-caps=-all --no-new-privs -- \\
     /bin/bash -c 'cd -- "$1" || exit 126; eval "$2"' bash "$PWD" "$1"
 """
+)
+# The prefix while the run's sandbox starts beside its CLI (``write_pending_prefix``): a
+# command (a hook, a workspace's MCP server) waits until the prefix that enters the sandbox
+# has taken its place (``RunSandbox.open``), then goes through that one. The wait sleeps
+# with the server's own ``sleep``, by absolute path, as the entry's programs are named.
+PENDING_SCRIPT = (
+    PREFIX_HEAD
+    + """# The run's sandbox is still starting: wait until the prefix that enters it is in place.
+waited=0
+while [ -e {pending} ]; do
+    if [ "$waited" -ge {limit} ]; then
+        echo {not_started} >&2
+        exit 126
+    fi
+    {sleep} 0.01
+    waited=$((waited + 1))
+done
+if [ ! -x {path} ]; then
+    echo {ended} >&2
+    exit 126
+fi
+exec {path} "$1"
+"""
+)
+MSG_NOT_STARTED = "This run's sandbox did not start; the command did not run."
 
 
 class RunSandboxError(Exception):
@@ -195,38 +232,93 @@ def prefix_dir() -> Path:
     return _real(settings.VAR_DIR) / "sandbox"
 
 
-def write_prefix(policy: Policy, *, pid: int, mount_namespace: int, marker: str, entry: Entry) -> Path:
-    """The run's prefix script, the sandbox named in it. The CLI runs a prefix as a program
-    with no arguments of its own (an MCP server's command is spawned with the prefix as
-    its executable), so each run gets a script of its own."""
+def prefix_path(run_id: int) -> Path:
+    """A new prefix script's path for run ``run_id``: chosen before its sandbox starts, so
+    the CLI can be spawned meanwhile (the CLI runs a prefix as a program with no arguments
+    of its own, so each run gets a script of its own)."""
     directory = prefix_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"run-{pid}-{mount_namespace}"
+    path = directory / f"run-{run_id}-{secrets.token_hex(8)}"
     if " -" in str(path):
         # The CLI splits a Bash command's prefix at its last " -" to tell program from flags.
         raise RunSandboxError(f"the sandbox's shell prefix cannot live at {path}: ' -' in its path")
-    fd, staged = tempfile.mkstemp(dir=directory, prefix=".staged-")
-    with os.fdopen(fd, "w") as file:
-        file.write(prefix_script(policy, pid=pid, marker=marker, entry=entry))
-    os.chmod(staged, 0o700)
-    os.replace(staged, path)
     return path
 
 
+def pending_flag(path: Path) -> Path:
+    """Present while the prefix at ``path`` is the pending one (``write_pending_prefix``)."""
+    return path.with_name(path.name + ".pending")
+
+
+def write_pending_prefix(path: Path, *, trusted_command: str, sleep: str) -> None:
+    """The prefix at ``path`` while the run's sandbox starts (``PENDING_SCRIPT``)."""
+    pending_flag(path).touch(mode=0o600)
+    limit = int(PENDING_LIMIT * 100)
+    write_prefix(
+        path,
+        PENDING_SCRIPT.format(
+            trusted=shlex.quote(trusted_command),
+            pending=shlex.quote(str(pending_flag(path))),
+            limit=limit,
+            not_started=shlex.quote(MSG_NOT_STARTED),
+            sleep=shlex.quote(sleep),
+            path=shlex.quote(str(path)),
+            ended=shlex.quote(MSG_ENDED),
+        ),
+    )
+
+
+def write_prefix(path: Path, text: str) -> None:
+    """Put the script ``text`` at ``path`` in one step: a command that starts meanwhile
+    runs the old script or the new one, never half of one."""
+    fd, staged = tempfile.mkstemp(dir=path.parent, prefix=".staged-")
+    with os.fdopen(fd, "w") as file:
+        file.write(text)
+    os.chmod(staged, 0o700)
+    os.replace(staged, path)
+
+
+def remove_prefix(path: Path) -> None:
+    """The run's prefix is gone: a command waiting in the pending one stops waiting and
+    finds the sandbox ended."""
+    path.unlink(missing_ok=True)
+    pending_flag(path).unlink(missing_ok=True)
+
+
 def sweep_stale_prefixes() -> int:
-    """Remove the prefix scripts of sandboxes that have ended (a crashed worker's runs)."""
+    """Remove the prefix scripts of sandboxes that have ended (a crashed worker's runs),
+    and pending ones older than any wait in them (``PENDING_LIMIT``). Judged by the
+    sandbox itself, not by the run: workers of another deployment, or tests, may share
+    this directory."""
     removed = 0
     directory = prefix_dir()
     for entry in directory.glob("run-*-*") if directory.is_dir() else ():
-        _run, pid, namespace = entry.name.split("-", 2)
+        if entry.name.endswith(".pending"):
+            continue  # swept with its prefix
         try:
-            alive = os.stat(f"/proc/{pid}/ns/mnt").st_ino == int(namespace)
-        except (OSError, ValueError):
-            alive = False
-        if not alive:
-            entry.unlink(missing_ok=True)
+            flag = pending_flag(entry)
+            if flag.exists():
+                stale = time.time() - flag.stat().st_mtime > PENDING_LIMIT
+            else:
+                stale = not _sandbox_alive(entry.read_text(errors="replace"))
+        except OSError:
+            continue  # removed meanwhile, by its run or another sweep
+        if stale:
+            remove_prefix(entry)
             removed += 1
     return removed
+
+
+def _sandbox_alive(script: str) -> bool:
+    """Whether the sandbox a prefix script names still runs: the check the script makes
+    before entering (``PREFIX_SCRIPT``)."""
+    found = _SANDBOX_CHECK.search(script)
+    return found is not None and os.path.isdir(f"/proc/{found['pid']}/root{found['marker']}")
+
+
+_SANDBOX_CHECK = re.compile(
+    r"^if \[ ! -d /proc/(?P<pid>\d+)/root(?P<marker>/tmp/\.pm-sandbox-[0-9a-f]+) \]; then$", re.M
+)
 
 
 def _inside_any(path: Path, regions: list[Path]) -> bool:
@@ -266,17 +358,22 @@ def mount_arguments(policy: Policy) -> list[str]:
 
 @dataclass
 class RunSandbox:
-    """A run's sandbox: bubblewrap holding a ``sleep`` whose namespaces commands enter."""
+    """A run's sandbox: bubblewrap holding a ``sleep`` whose namespaces commands enter,
+    through the prefix script at ``prefix_path`` once ``open`` has put it there."""
 
     process: subprocess.Popen[bytes]
     pid: int
     prefix_path: Path
+    # The prefix script that enters this sandbox (``prefix_script``), for ``open``.
+    script: str
     # The run's egress proxy (``promptmgr.egress``), outside the sandbox.
     egress: subprocess.Popen[bytes] | None = None
     # A pidfd of the sandbox's first process (no PID reuse can redirect the kill).
     handle: int = -1
     # Whether the egress has said it serves (``wait_egress``).
     egress_serving: bool = False
+    # Whether the prefix that enters the sandbox is in place (``open``).
+    opened: bool = False
     _egress_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @property
@@ -285,9 +382,10 @@ class RunSandbox:
         return str(self.prefix_path)
 
     @classmethod
-    def start(cls, policy: Policy, *, bwrap: str, entry: Entry, path: str) -> RunSandbox:
+    def start(cls, policy: Policy, *, bwrap: str, entry: Entry, path: str, prefix_path: Path) -> RunSandbox:
         """Start the sandbox with ``bwrap``; commands enter it through ``entry`` (programs
-        found on the CLI's ``path``, by their absolute paths)."""
+        found on the CLI's ``path``, by their absolute paths) with the prefix script that
+        ``open`` puts at ``prefix_path``."""
         (policy.tmpdir / MESSAGING_DIR).mkdir(mode=0o700, exist_ok=True)
         egress_socket = policy.tmpdir / EGRESS_DIR / EGRESS_SOCKET
         egress_socket.parent.mkdir(mode=0o700, exist_ok=True)
@@ -351,7 +449,7 @@ class RunSandbox:
             # (``wait_egress``): its socket already queues connections, and its start (a
             # Python process importing asyncio, ~50 ms) overlaps the CLI's.
             _wait_ready(ready_read, process)
-            prefix = write_prefix(policy, pid=pid, mount_namespace=namespace, marker=marker, entry=entry)
+            script = prefix_script(policy, pid=pid, marker=marker, entry=entry)
         except BaseException:
             try:
                 # Gone on return, as after stop (bubblewrap's own death reaches the sandbox
@@ -366,7 +464,17 @@ class RunSandbox:
         finally:
             for end in open_ends:
                 os.close(end)
-        return cls(process=process, pid=pid, prefix_path=prefix, egress=proxy, handle=handle)
+        return cls(
+            process=process, pid=pid, prefix_path=prefix_path, script=script, egress=proxy, handle=handle
+        )
+
+    def open(self) -> None:
+        """Commands may enter from now on: the prefix that enters the sandbox takes the
+        place of the pending one (``write_pending_prefix``), and a command waiting there
+        goes on through it."""
+        write_prefix(self.prefix_path, self.script)
+        pending_flag(self.prefix_path).unlink(missing_ok=True)
+        self.opened = True
 
     def wait_egress(self) -> None:
         """Return once the run's egress serves; ``RunSandboxError`` (with its exit code) if it
@@ -384,7 +492,7 @@ class RunSandbox:
         """End the sandbox and every process in it (the PID namespace goes with its first
         process, which dies with bubblewrap), and the run's egress."""
         try:
-            self.prefix_path.unlink(missing_ok=True)
+            remove_prefix(self.prefix_path)
             handle, self.handle = self.handle, -1
             _end_first_process(handle)
         finally:

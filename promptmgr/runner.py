@@ -229,8 +229,8 @@ class RunSupervisor:
         if failure is not None:
             return Outcome(status=RunStatus.FAILED, error=failure)
         # The worktree's state before Claude touches it: the run's changes are diffed against
-        # it. Taken while the sandbox starts (both are mostly waiting on other programs); the
-        # engine spawns the CLI only once it is done.
+        # it. Taken while the sandbox (and the CLI) start, all mostly waiting on other
+        # programs; the engine gives Claude the prompt only once it is done.
         snapshot = asyncio.ensure_future(run_changes.record_start(self.run_id, root))
         start = ENGINES.get(ctx.run.engine, cli_engine.start_turn)
         try:
@@ -242,7 +242,7 @@ class RunSupervisor:
                     prompt=ctx.run.prompt,
                     resume_session_id=ctx.conversation.claude_session_id,
                     stream_token=str(ctx.run.stream_token),
-                    before_spawn=snapshot,
+                    before_prompt=snapshot,
                 )
             )
         finally:

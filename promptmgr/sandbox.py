@@ -304,16 +304,24 @@ def _shown_part(path: str, hidden: Sequence[Path]) -> str:
     return os.pathsep.join(shown)
 
 
-def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
+def _run_sandbox_tools(path: str) -> dict[str, str]:
+    """The programs the run scope needs, found on the CLI's ``path``; ``SandboxUnavailable``
+    naming those missing."""
+    found = {tool: shutil.which(tool, path=path) for tool in (*run_sandbox.REQUIRED_TOOLS, "sleep")}
+    missing = [tool for tool, program in found.items() if program is None]
+    if missing:
+        raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=f"{' and '.join(missing)} not installed"))
+    return {tool: program for tool, program in found.items() if program is not None}
+
+
+def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str, prefix_path: Path) -> RunSandbox:
     """Start the run's own sandbox (the ``run`` scope) with this module's policy:
     ``denied_regions`` hidden (the scratch ones private to the run), the private files
     under /dev/null, the working directory and ``tmpdir`` writable, a worktree's git
-    directories readable, ``HIDDEN_ENV`` out of every command's environment."""
-    found = {tool: shutil.which(tool, path=path) for tool in run_sandbox.REQUIRED_TOOLS}
-    missing = [tool for tool, program in found.items() if program is None]
+    directories readable, ``HIDDEN_ENV`` out of every command's environment. Commands enter
+    it through the prefix at ``prefix_path`` once ``RunSandbox.open`` has put it there."""
+    found = _run_sandbox_tools(path)
     bwrap, nsenter = found["bwrap"], found["nsenter"]
-    if missing or bwrap is None or nsenter is None:
-        raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=f"{' and '.join(missing)} not installed"))
     root = _real(workdir)
     policy = run_sandbox.Policy(
         workdir=root,
@@ -337,7 +345,7 @@ def start_run_sandbox(*, workdir: Path, tmpdir: Path, path: str) -> RunSandbox:
     # realpath: a relative PATH entry would otherwise name a program by the server's cwd.
     entry = run_sandbox.Entry(nsenter=os.path.realpath(nsenter), setpriv=os.path.realpath(setpriv))
     try:
-        return RunSandbox.start(policy, bwrap=bwrap, entry=entry, path=path)
+        return RunSandbox.start(policy, bwrap=bwrap, entry=entry, path=path, prefix_path=prefix_path)
     except (OSError, RunSandboxError) as exc:
         raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None
 
@@ -386,17 +394,25 @@ def sweep_stale_run_tmp(active: set[int]) -> int:
 class Confinement:
     """What confines one run: its ``--settings`` (None with the sandbox off), what its CLI's
     environment adds (``env``), its own temporary directory and, in the ``run`` scope, its
-    sandbox; ``close`` ends them when the run's CLI is gone."""
+    sandbox; ``close`` ends them when the run's CLI is gone.
+
+    A confinement from ``confine(beside_cli=True)`` may still be starting its sandbox:
+    commands wait in the run's pending prefix until ``open``."""
 
     run_id: int
     settings: str | None
     tmpdir: Path
     env: dict[str, str] = field(default_factory=dict)
     sandbox: RunSandbox | None = None
+    # The run scope's sandbox while it starts beside the CLI, and the prefix it will open.
+    starting: asyncio.Future[RunSandbox] | None = None
+    prefix_path: Path | None = None
 
     def close(self) -> None:
         if self.sandbox is not None:
             self.sandbox.stop()
+        if self.prefix_path is not None:
+            run_sandbox.remove_prefix(self.prefix_path)
         run_tmp_close(self.tmpdir)
 
     @property
@@ -404,6 +420,22 @@ class Confinement:
         """What the confinement adds to its run's CLI environment: the run's temporary
         directory and, in the ``run`` scope, the shell prefix."""
         return {"CLAUDE_CODE_TMPDIR": str(self.tmpdir), **self.env}
+
+    async def open(self, after: asyncio.Future[None] | None = None) -> None:
+        """Let the run's commands in once its sandbox has started (``SandboxUnavailable``
+        with the reason if it cannot) and ``after`` (the run's start snapshot) is done:
+        until then a command the CLI starts (a hook, a workspace's MCP server) waits."""
+        if self.starting is not None:
+            # Shielded: a run stopped meanwhile still gets its sandbox back, to close it.
+            self.sandbox = await asyncio.shield(self.starting)
+            self.starting = None
+        if after is not None:
+            await after
+        if self.sandbox is not None and not self.sandbox.opened:
+            try:
+                await asyncio.to_thread(self.sandbox.open)
+            except OSError as exc:
+                raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None
 
     async def serving(self) -> None:
         """Return once the run's sandbox serves in full: its egress (which ``confine`` does
@@ -418,28 +450,59 @@ class Confinement:
 
     async def aclose(self) -> None:
         """``close`` off the event loop: removing what a run left in its temporary directory,
-        and waiting for its sandbox to end, would otherwise hold every stream of the worker."""
+        and waiting for its sandbox to end, would otherwise hold every stream of the worker.
+        A sandbox still starting is waited for, and closed too."""
+        if self.starting is not None:
+            starting, self.starting = self.starting, None
+            await asyncio.wait([starting])
+            if not starting.cancelled() and starting.exception() is None:
+                self.sandbox = starting.result()
         await asyncio.to_thread(self.close)
 
 
 def run_scope_confinement(*, run_id: int, workdir: Path, path: str) -> Confinement:
     """A run's confinement in the ``run`` scope: its temporary directory, its sandbox, and
     the shell prefix that enters it, in the CLI's environment and pinned in the flag layer."""
-    tmpdir = run_tmp_open(run_id)
-    held = None
+    confinement = _run_scope_reserved(run_id=run_id, workdir=workdir, path=path, pending=False)
     try:
-        held = start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=path)
-        run_settings = run_scope_settings(workdir=workdir, shell_prefix=held.prefix)
+        assert confinement.prefix_path is not None
+        confinement.sandbox = start_run_sandbox(
+            workdir=workdir, tmpdir=confinement.tmpdir, path=path, prefix_path=confinement.prefix_path
+        )
+        try:
+            confinement.sandbox.open()
+        except OSError as exc:
+            raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None
+        return confinement
+    except BaseException:
+        confinement.close()
+        raise
+
+
+def _run_scope_reserved(*, run_id: int, workdir: Path, path: str, pending: bool) -> Confinement:
+    """A ``run`` scope confinement whose sandbox is yet to start: its temporary directory,
+    and its prefix's path in the CLI's environment and pinned in the flag layer; with
+    ``pending``, the pending prefix there (``run_sandbox.write_pending_prefix``)."""
+    found = _run_sandbox_tools(path)
+    tmpdir = run_tmp_open(run_id)
+    try:
+        try:
+            prefix = run_sandbox.prefix_path(run_id)
+            if pending:
+                run_sandbox.write_pending_prefix(
+                    prefix, trusted_command=trusted_command(), sleep=os.path.realpath(found["sleep"])
+                )
+        except (OSError, RunSandboxError) as exc:
+            raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None
+        run_settings = run_scope_settings(workdir=workdir, shell_prefix=str(prefix))
         return Confinement(
             run_id=run_id,
             settings=json.dumps(run_settings, separators=(",", ":")),
             tmpdir=tmpdir,
-            env={"CLAUDE_CODE_SHELL_PREFIX": held.prefix},
-            sandbox=held,
+            env={"CLAUDE_CODE_SHELL_PREFIX": str(prefix)},
+            prefix_path=prefix,
         )
     except BaseException:
-        if held is not None:
-            held.stop()
         run_tmp_close(tmpdir)
         raise
 
@@ -455,21 +518,49 @@ def _confine(run_id: int, workdir: Path, path: str) -> Confinement:
     )
 
 
-async def confine(*, run_id: int, workdir: Path, path: str) -> Confinement:
+async def confine(*, run_id: int, workdir: Path, path: str, beside_cli: bool = False) -> Confinement:
     """Check that the sandbox can start (``SandboxUnavailable`` if not) and prepare the run's
     confinement; off the event loop, since the first check starts bubblewrap once. The
     engine starts the CLI and then awaits ``Confinement.serving``, so the egress's start
     is not on the way to Claude's first word.
 
+    ``beside_cli``: in the ``run`` scope, return before the sandbox has started, which goes
+    on beside the CLI's own start; the engine awaits ``Confinement.open`` before Claude
+    gets the prompt.
+
     A run cancelled meanwhile (stopped as it starts) does not get it, but the thread goes on
     preparing it: what it prepares (a sandbox, its egress, a temporary directory) is closed
     once ready instead of being left to the worker's end."""
+    if beside_cli and sandbox_scope() == "run":
+        return await _confine_beside_cli(run_id, workdir, path)
     preparing = asyncio.ensure_future(asyncio.to_thread(_confine, run_id, workdir, path))
     try:
         return await asyncio.shield(preparing)
     except asyncio.CancelledError:
         preparing.add_done_callback(_close_unclaimed)
         raise
+
+
+async def _confine_beside_cli(run_id: int, workdir: Path, path: str) -> Confinement:
+    reserving = asyncio.ensure_future(
+        asyncio.to_thread(_run_scope_reserved, run_id=run_id, workdir=workdir, path=path, pending=True)
+    )
+    try:
+        confinement = await asyncio.shield(reserving)
+    except asyncio.CancelledError:
+        reserving.add_done_callback(_close_unclaimed)
+        raise
+    assert confinement.prefix_path is not None
+    confinement.starting = asyncio.ensure_future(
+        asyncio.to_thread(
+            start_run_sandbox,
+            workdir=workdir,
+            tmpdir=confinement.tmpdir,
+            path=path,
+            prefix_path=confinement.prefix_path,
+        )
+    )
+    return confinement
 
 
 def _close_unclaimed(preparing: asyncio.Future[Confinement]) -> None:

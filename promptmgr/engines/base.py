@@ -8,6 +8,7 @@ The supervisor's read loop, limits, cancel, outcome and clean-up are the same fo
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -72,9 +73,12 @@ class TurnRequest:
     stream_token: str
     # The prompt's uuid on the CLI's stream-json input (``engines.inbox``).
     prompt_id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    # What must be done before the CLI starts, under way while the run's sandbox starts (the
-    # run's start snapshot, ``services.changes.record_start``): awaited just before the spawn.
-    before_spawn: Awaitable[None] | None = None
+    # What must be done before Claude gets the prompt or any command of the run starts, under
+    # way while the run's sandbox starts (the run's start snapshot,
+    # ``services.changes.record_start``): the CLI engine spawns the CLI meanwhile
+    # (``Confinement.open``), the SDK engine awaits it before its spawn. A future, since
+    # more than one step may await it.
+    before_prompt: asyncio.Future[None] | None = None
 
 
 class Turn(Protocol):

@@ -108,14 +108,23 @@ def _item(line: Line | None | LineTimeout) -> Item | None | LineTimeout:
 async def start_turn(request: TurnRequest) -> CLITurn:
     """Confine the run to its working directory (``sandbox``; a host where the sandbox
     cannot start refuses the run), open its relay session (when the workspace registers
-    ask-user) and spawn the CLI."""
+    ask-user) and spawn the CLI.
+
+    In the ``run`` scope the CLI (some 300 ms before it reads its prompt) starts while the
+    run's sandbox starts and its start snapshot is taken (``request.before_prompt``); its
+    prompt goes in once both are done (``Confinement.open``), and until then a command it
+    starts (a hook, a workspace's MCP server) waits in the run's pending prefix."""
     project = request.project
     ask_user = mcp_server_registered(project)
-    confinement = await sandbox.confine(run_id=request.run_id, workdir=request.root, path=child_path())
+    confinement = await sandbox.confine(
+        run_id=request.run_id, workdir=request.root, path=child_path(), beside_cli=True
+    )
     relay = None
     try:
-        if request.before_spawn is not None:
-            await request.before_spawn
+        if confinement.prefix_path is None and request.before_prompt is not None:
+            # No run sandbox's prefix holds back what the CLI runs as it starts (a hook):
+            # the start snapshot comes first, as the SDK engine has it.
+            await request.before_prompt
         if ask_user:
             relay = await askuser.relay_session_open(
                 run_id=request.run_id,
@@ -153,6 +162,9 @@ async def start_turn(request: TurnRequest) -> CLITurn:
         await confinement.aclose()
         raise
     turn = CLITurn(process, ask_user=ask_user, relay=relay, confinement=confinement)
-    return await started(
-        turn, confinement, first=lambda: turn.input.send_prompt(request.prompt, request.prompt_id)
-    )
+
+    async def first() -> None:
+        await confinement.open(after=request.before_prompt)
+        await turn.input.send_prompt(request.prompt, request.prompt_id)
+
+    return await started(turn, confinement, first=first)

@@ -329,8 +329,8 @@ async def start_turn(request: TurnRequest) -> SDKTurn:
     prompt (it connects in a task of its own)."""
     confinement = await sandbox.confine(run_id=request.run_id, workdir=request.root, path=child_path())
     try:
-        if request.before_spawn is not None:
-            await request.before_spawn
+        if request.before_prompt is not None:
+            await request.before_prompt
         turn = SDKTurn(
             run_id=request.run_id,
             project=request.project,

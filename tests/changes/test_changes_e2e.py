@@ -139,8 +139,9 @@ def test_revert_is_409_after_a_later_run_changed_the_same_file(app_server: LiveS
 def test_a_slow_start_snapshot_is_still_taken_before_claude_edits(
     app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
-    """The start snapshot is taken while the sandbox starts; the engine spawns the CLI only
-    once it is done, so however long it takes, the run's edit is in its changes."""
+    """The start snapshot is taken while the sandbox (and the CLI engine's CLI) start; Claude
+    gets the prompt only once it is done, so however long it takes, the run's edit is in
+    its changes."""
     record_start = changes.record_start
 
     async def slow_record_start(run_id: int, workdir: Path) -> None:

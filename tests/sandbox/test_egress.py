@@ -510,15 +510,18 @@ def test_a_sandbox_that_fails_late_in_its_start_leaves_no_process_behind(
         proxies.append(start_egress(*args, **kwargs))
         return proxies[-1]
 
-    def no_prefix(*args: Any, **kwargs: Any) -> Path:
+    def no_prefix(*args: Any, **kwargs: Any) -> str:
         raise OSError("No space left on device")
 
     monkeypatch.setattr(run_sandbox, "start_egress", noting_the_proxy)
-    monkeypatch.setattr(run_sandbox, "write_prefix", no_prefix)
+    # The last step of the start, once bubblewrap, its sandbox and the egress all run.
+    monkeypatch.setattr(run_sandbox, "prefix_script", no_prefix)
     open_before = open_fds()
     try:
         with pytest.raises(sandbox.SandboxUnavailable, match="No space left on device"):
-            sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=child_path())
+            sandbox.start_run_sandbox(
+                workdir=workdir, tmpdir=tmpdir, path=child_path(), prefix_path=run_sandbox.prefix_path(12)
+            )
         assert [proxy.poll() is not None for proxy in proxies] == [True]
         assert processes_naming(str(tmpdir)) == []  # bubblewrap and its sandbox
         # Its pipes and pidfd: no descriptor open now that was not open before, by number and

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -136,18 +139,49 @@ def test_each_run_gets_a_short_private_temporary_directory_and_stale_ones_are_sw
         sandbox.run_tmp_close(second)
 
 
-def test_a_run_sandboxs_prefix_goes_with_it_and_an_ended_ones_is_swept(workdir: Path) -> None:
-    tmpdir = sandbox.run_tmp_open(7)
-    held = sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=child_path())
-    stale = run_sandbox.prefix_dir() / "run-1-1"  # no process 1 has mount namespace 1
+@contextlib.contextmanager
+def opened_sandbox(run_id: int, workdir: Path, path: str) -> Iterator[run_sandbox.RunSandbox]:
+    """Run ``run_id``'s sandbox, started and its prefix in place (as ``sandbox.confine`` has
+    it); stopped, and its temporary directory gone, on the way out."""
+    tmpdir = sandbox.run_tmp_open(run_id)
     try:
-        stale.write_text("#!/bin/sh\n")
-        assert held.prefix_path.exists()
-        assert run_sandbox.sweep_stale_prefixes() >= 1
-        assert held.prefix_path.exists() and not stale.exists()
+        held = sandbox.start_run_sandbox(
+            workdir=workdir, tmpdir=tmpdir, path=path, prefix_path=run_sandbox.prefix_path(run_id)
+        )
+        try:
+            held.open()
+            yield held
+        finally:
+            held.stop()
     finally:
-        held.stop()
         sandbox.run_tmp_close(tmpdir)
+
+
+def test_a_run_sandboxs_prefix_goes_with_it_and_those_of_ended_sandboxes_are_swept(
+    workdir: Path, settings: Any, tmp_path: Path
+) -> None:
+    settings.VAR_DIR = tmp_path / "var"  # this test's own: it counts what the sweep removes
+    directory = run_sandbox.prefix_dir()
+    with opened_sandbox(7, workdir, child_path()) as held:
+        # A crashed worker's runs: one whose sandbox ended (its first process, PID 1 here,
+        # never had the marker), one from before prefixes named their sandbox's check, and
+        # one whose sandbox never started, pending for longer than any command waits.
+        ended = directory / "run-1-0123"
+        run_sandbox.write_prefix(ended, held.script.replace(f"/proc/{held.pid}/", "/proc/1/"))
+        unnamed = directory / "run-2-4567"
+        run_sandbox.write_prefix(unnamed, "#!/bin/sh\n")
+        abandoned = directory / "run-3-89ab"
+        run_sandbox.write_pending_prefix(abandoned, trusted_command="true", sleep="/bin/sleep")
+        long_ago = time.time() - run_sandbox.PENDING_LIMIT - 1
+        os.utime(run_sandbox.pending_flag(abandoned), (long_ago, long_ago))
+        # A run whose sandbox is starting now.
+        starting = directory / "run-4-cdef"
+        run_sandbox.write_pending_prefix(starting, trusted_command="true", sleep="/bin/sleep")
+
+        assert run_sandbox.sweep_stale_prefixes() == 3
+        assert sorted(path.name for path in directory.iterdir()) == sorted(
+            [held.prefix_path.name, starting.name, run_sandbox.pending_flag(starting).name]
+        )
     assert not held.prefix_path.exists()
     assert not Path(f"/proc/{held.pid}/ns/mnt").exists()
 
@@ -247,9 +281,7 @@ def test_a_commands_path_cannot_choose_the_programs_that_enter_the_sandbox(workd
         decoy = decoys / name
         decoy.write_text(f"#!/bin/sh\ntouch {workdir}/{name}-ran\nexit 1\n")
         decoy.chmod(0o755)
-    tmpdir = sandbox.run_tmp_open(11)
-    held = sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=child_path())
-    try:
+    with opened_sandbox(11, workdir, child_path()) as held:
         inside = os.readlink(f"/proc/{held.pid}/ns/mnt")
         ran = subprocess.run(
             [str(held.prefix_path), "readlink /proc/self/ns/mnt"],
@@ -259,9 +291,6 @@ def test_a_commands_path_cannot_choose_the_programs_that_enter_the_sandbox(workd
             text=True,
             timeout=30,
         )
-    finally:
-        held.stop()
-        sandbox.run_tmp_close(tmpdir)
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.strip() == inside
     assert inside != os.readlink("/proc/self/ns/mnt")
@@ -274,9 +303,7 @@ def test_the_sandbox_enters_through_a_setpriv_it_shows_not_one_it_hides(workdir:
     tools = Path(settings.STORAGE_ROOT) / "tools"
     tools.mkdir()
     shutil.copy2(str(shutil.which("setpriv", path=child_path())), tools / "setpriv")
-    tmpdir = sandbox.run_tmp_open(12)
-    held = sandbox.start_run_sandbox(workdir=workdir, tmpdir=tmpdir, path=f"{tools}:{child_path()}")
-    try:
+    with opened_sandbox(12, workdir, f"{tools}:{child_path()}") as held:
         script = held.prefix_path.read_text()
         ran = subprocess.run(
             [str(held.prefix_path), "echo entered"],
@@ -286,8 +313,93 @@ def test_the_sandbox_enters_through_a_setpriv_it_shows_not_one_it_hides(workdir:
             text=True,
             timeout=30,
         )
-    finally:
-        held.stop()
-        sandbox.run_tmp_close(tmpdir)
     assert str(tools) not in script
     assert (ran.returncode, ran.stdout) == (0, "entered\n"), ran.stderr
+
+
+@pytest.fixture
+def harmless_trusted_command(settings: Any) -> str:
+    """The one command line the prefix lets out, made one that only says it ran outside."""
+    settings.ASK_USER_MCP_COMMAND = ["/bin/echo", "outside"]
+    return sandbox.trusted_command()
+
+
+def prefixed(prefix: Path, command: str, *, path: str) -> subprocess.Popen[str]:
+    """``command`` as the CLI starts it through the run's shell prefix."""
+    return subprocess.Popen(
+        [str(prefix), command],
+        env={"PATH": path},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_command_started_while_the_run_sandbox_starts_waits_and_then_runs_inside_it(
+    workdir: Path, harmless_trusted_command: str
+) -> None:
+    # The CLI is spawned before its run's sandbox has started (``confine(beside_cli=True)``):
+    # a hook or a workspace's MCP server it starts then must not run before the sandbox
+    # can take it, nor outside it. The decoys, on the command's PATH, say so if they run.
+    decoys = workdir / "bin"
+    decoys.mkdir()
+    for name in ("sleep", "nsenter", "setpriv"):
+        decoy = decoys / name
+        decoy.write_text(f"#!/bin/sh\ntouch {workdir}/{name}-ran\nexit 1\n")
+        decoy.chmod(0o755)
+    command_path = f"{decoys}:{child_path()}"
+    confinement = sandbox._run_scope_reserved(run_id=14, workdir=workdir, path=child_path(), pending=True)
+    assert confinement.prefix_path is not None
+    try:
+        waiting = prefixed(confinement.prefix_path, "readlink /proc/self/ns/mnt", path=command_path)
+        # The ask-user server's command line does not wait: the CLI connects it first.
+        outside = prefixed(confinement.prefix_path, harmless_trusted_command, path=command_path)
+        assert outside.communicate(timeout=10) == ("outside\n", "")
+
+        confinement.sandbox = sandbox.start_run_sandbox(
+            workdir=workdir, tmpdir=confinement.tmpdir, path=child_path(), prefix_path=confinement.prefix_path
+        )
+        # Started is not open: the run's start snapshot may still be under way.
+        with pytest.raises(subprocess.TimeoutExpired):
+            waiting.wait(timeout=0.5)
+        confinement.sandbox.open()
+        out, err = waiting.communicate(timeout=10)
+        inside = os.readlink(f"/proc/{confinement.sandbox.pid}/ns/mnt")
+    finally:
+        confinement.close()
+    assert (waiting.returncode, out.strip()) == (0, inside), err
+    assert inside != os.readlink("/proc/self/ns/mnt")
+    assert sorted(path.name for path in workdir.glob("*-ran")) == []
+    assert not confinement.prefix_path.exists()
+    assert not run_sandbox.pending_flag(confinement.prefix_path).exists()
+
+
+def test_a_command_waiting_for_a_sandbox_that_never_opened_ends_with_its_run(
+    workdir: Path, harmless_trusted_command: str
+) -> None:
+    confinement = sandbox._run_scope_reserved(run_id=15, workdir=workdir, path=child_path(), pending=True)
+    assert confinement.prefix_path is not None
+    waiting = prefixed(confinement.prefix_path, f"touch {workdir}/ran", path=child_path())
+    with pytest.raises(subprocess.TimeoutExpired):
+        waiting.wait(timeout=0.5)
+    # The run fails (its sandbox could not start) or is cancelled while its sandbox starts.
+    confinement.close()
+    _out, err = waiting.communicate(timeout=10)
+    assert (waiting.returncode, err.strip()) == (126, run_sandbox.MSG_ENDED)
+    assert not (workdir / "ran").exists()
+
+
+def test_a_confinement_closed_while_its_sandbox_starts_ends_the_sandbox_too(workdir: Path) -> None:
+    # A run cancelled, or whose CLI could not spawn, while its sandbox still started.
+    async def start_and_close() -> run_sandbox.RunSandbox:
+        confinement = await sandbox.confine(run_id=16, workdir=workdir, path=child_path(), beside_cli=True)
+        starting = confinement.starting
+        assert starting is not None and not starting.done()
+        await confinement.aclose()
+        held: run_sandbox.RunSandbox = starting.result()
+        return held
+
+    held = asyncio.run(start_and_close())
+    assert not Path(f"/proc/{held.pid}/ns/mnt").exists()
+    assert not held.prefix_path.exists()
+    assert held.egress is None
