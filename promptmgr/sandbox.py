@@ -421,6 +421,18 @@ class Confinement:
         directory and, in the ``run`` scope, the shell prefix."""
         return {"CLAUDE_CODE_TMPDIR": str(self.tmpdir), **self.env}
 
+    async def before_spawn(self, after: asyncio.Future[None] | None) -> None:
+        """Await ``after`` (the run's start snapshot) before the CLI spawns, unless the run's
+        pending prefix holds back whatever the CLI starts meanwhile (a hook): then ``open``
+        awaits it, and the CLI's start covers it."""
+        if after is not None and not self.holds_commands:
+            await after
+
+    @property
+    def holds_commands(self) -> bool:
+        """Whether the run's commands still wait in its pending prefix (until ``open``)."""
+        return self.starting is not None or (self.sandbox is not None and not self.sandbox.opened)
+
     async def open(self, after: asyncio.Future[None] | None = None) -> None:
         """Let the run's commands in once its sandbox has started (``SandboxUnavailable``
         with the reason if it cannot) and ``after`` (the run's start snapshot) is done:
@@ -432,10 +444,7 @@ class Confinement:
         if after is not None:
             await after
         if self.sandbox is not None and not self.sandbox.opened:
-            try:
-                await asyncio.to_thread(self.sandbox.open)
-            except OSError as exc:
-                raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None
+            await asyncio.to_thread(_open_prefix, self.sandbox)
 
     async def serving(self) -> None:
         """Return once the run's sandbox serves in full: its egress (which ``confine`` does
@@ -469,14 +478,19 @@ def run_scope_confinement(*, run_id: int, workdir: Path, path: str) -> Confineme
         confinement.sandbox = start_run_sandbox(
             workdir=workdir, tmpdir=confinement.tmpdir, path=path, prefix_path=confinement.prefix_path
         )
-        try:
-            confinement.sandbox.open()
-        except OSError as exc:
-            raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None
+        _open_prefix(confinement.sandbox)
         return confinement
     except BaseException:
         confinement.close()
         raise
+
+
+def _open_prefix(held: RunSandbox) -> None:
+    """``held.open``; a failure to write its prefix (a full disk) as ``SandboxUnavailable``."""
+    try:
+        held.open()
+    except OSError as exc:
+        raise SandboxUnavailable(MSG_UNAVAILABLE.format(reason=str(exc))) from None
 
 
 def _run_scope_reserved(*, run_id: int, workdir: Path, path: str, pending: bool) -> Confinement:

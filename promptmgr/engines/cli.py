@@ -121,10 +121,7 @@ async def start_turn(request: TurnRequest) -> CLITurn:
     )
     relay = None
     try:
-        if confinement.prefix_path is None and request.before_prompt is not None:
-            # No run sandbox's prefix holds back what the CLI runs as it starts (a hook):
-            # the start snapshot comes first, as the SDK engine has it.
-            await request.before_prompt
+        await confinement.before_spawn(request.before_prompt)
         if ask_user:
             relay = await askuser.relay_session_open(
                 run_id=request.run_id,

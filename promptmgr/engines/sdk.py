@@ -192,6 +192,8 @@ class SDKTurn:
         self._exit_code: int | None = None
         self._agents: set[str] = set()
         self._prompt_sent = asyncio.Event()
+        # Set once the run's commands may start (``start_turn``): the prompt waits for it.
+        self.may_prompt = asyncio.Event()
         # The prompt and the messages sent while Claude works (engines.inbox); the input
         # ends once they are settled and no delegated agent still runs.
         self.input = TurnInput(write=self._write_input, end=self._end_input, may_end=lambda: not self._agents)
@@ -247,6 +249,7 @@ class SDKTurn:
         """
         try:
             await self._client.connect()
+            await _first_set(self.may_prompt, self.stopping)
             if self.stopping.is_set():
                 self.terminate()  # cancelled while the CLI was starting
                 return
@@ -326,11 +329,14 @@ class SDKTurn:
 
 async def start_turn(request: TurnRequest) -> SDKTurn:
     """Confine the run (``sandbox``, as the CLI engine does) and start the SDK client on its
-    prompt (it connects in a task of its own)."""
-    confinement = await sandbox.confine(run_id=request.run_id, workdir=request.root, path=child_path())
+    prompt (it connects in a task of its own). In the ``run`` scope the CLI starts while the
+    run's sandbox starts and its start snapshot is taken; the prompt goes in once both are
+    done (``Confinement.open``), as in the CLI engine."""
+    confinement = await sandbox.confine(
+        run_id=request.run_id, workdir=request.root, path=child_path(), beside_cli=True
+    )
     try:
-        if request.before_prompt is not None:
-            await request.before_prompt
+        await confinement.before_spawn(request.before_prompt)
         turn = SDKTurn(
             run_id=request.run_id,
             project=request.project,
@@ -343,4 +349,19 @@ async def start_turn(request: TurnRequest) -> SDKTurn:
     except BaseException:
         await confinement.aclose()
         raise
-    return await started(turn, confinement)
+
+    async def first() -> None:
+        await confinement.open(after=request.before_prompt)
+        turn.may_prompt.set()
+
+    return await started(turn, confinement, first=first)
+
+
+async def _first_set(*flags: asyncio.Event) -> None:
+    """Return once any of ``flags`` is set."""
+    waits = [asyncio.ensure_future(flag.wait()) for flag in flags]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()

@@ -1,4 +1,4 @@
-"""The CLI engine spawns the CLI while the run's sandbox starts (``sandbox.confine`` with
+"""Both engines spawn the CLI while the run's sandbox starts (``sandbox.confine`` with
 ``beside_cli``): the CLI's own start (some 300 ms) no longer waits for the sandbox's. Claude
 gets the prompt, and the run's commands enter the sandbox, once it has started.
 
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from promptmgr import run_sandbox, sandbox
+from promptmgr.cli import find_claude_cli
 from tests.conftest import LiveServer
 from tests.helpers import QUOTE, login_client, make_project, read_sse, script, start_run, tool_results
 from tests.sandbox.test_isolation import Approver, bash
@@ -23,21 +24,26 @@ pytestmark = pytest.mark.e2e
 
 
 def clis_of(tmpdir: Path) -> list[int]:
-    """Processes whose environment names ``tmpdir`` as the CLI's (``CLAUDE_CODE_TMPDIR``)."""
+    """The bundled CLIs whose environment names ``tmpdir`` as theirs (``CLAUDE_CODE_TMPDIR``);
+    not the guardian that starts each one, which has that environment too."""
+    program = find_claude_cli().encode()
     mark = f"CLAUDE_CODE_TMPDIR={tmpdir}\0".encode()
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if mark in (entry / "environ").read_bytes():
+                if (entry / "cmdline").read_bytes().split(b"\0")[0] == program and mark in (
+                    entry / "environ"
+                ).read_bytes():
                     found.append(int(entry.name))
             except OSError:
                 continue
     return found
 
 
+@pytest.mark.parametrize("engine", ["cli", "sdk"])
 def test_the_cli_starts_while_its_run_sandbox_starts_and_its_commands_still_run_inside_it(
-    app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch
+    app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch, engine: str
 ) -> None:
     # The sandbox starts only once the run's CLI is seen running: were the CLI spawned after
     # the sandbox had started, as before, this start would wait in vain.
@@ -52,7 +58,7 @@ def test_the_cli_starts_while_its_run_sandbox_starts_and_its_commands_still_run_
         return start(**kwargs)
 
     monkeypatch.setattr(sandbox, "start_run_sandbox", start_once_the_cli_runs)
-    project = make_project(owner=alice, engine="cli", permission_mode="default")
+    project = make_project(owner=alice, engine=engine, permission_mode="default")
     client = login_client(app_server, "alice", "alice-password")
     started = start_run(client, project.pk, script(bash("readlink /proc/self/ns/mnt"), QUOTE))
     # The CLI may take this read-only command as safe, or ask: then it is allowed.
