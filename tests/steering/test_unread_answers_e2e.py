@@ -138,15 +138,18 @@ def test_an_answer_a_cancelled_turn_never_read_is_reported_on_its_card(
     assert Question.objects.get(question_id=question_id).status == QuestionStatus.LATE
 
 
+@pytest.mark.parametrize("slow", ["end", "exit"])
 def test_an_answer_a_poll_still_open_after_its_turn_ended_would_take_is_reported_on_its_card(
-    app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch
+    app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch, slow: str
 ) -> None:
     """A relay long-poll can outlive its turn: the ended turn's MCP server is killed, but
     the server notices its connection is gone only a moment later (under load, after the
     person's answer came). Here the test holds such a poll open itself, with the run's
     relay token, so it surely still waits when the person answers. It must not take the
-    answer, which nobody would then read."""
-    end = HeldEnd(monkeypatch)
+    answer, which nobody would then read. The turn ends slowly either way: its run's end
+    is held (``end``), or its CLI gets the cancel's signal only after the answer, as a CLI
+    slow to exit would (``exit``): the turn stops reading answers at the cancel."""
+    held = HeldEnd(monkeypatch) if slow == "end" else HeldSignal(monkeypatch)
     project = make_project(owner=alice, ask_user_timeout=120)
     client = login_client(app_server, "alice", "alice-password")
     started, question_id = asked(client, project)
@@ -154,89 +157,16 @@ def test_an_answer_a_poll_still_open_after_its_turn_ended_would_take_is_reported
         poll = relay_poll_waiting(app_server, pool, started["run_id"], question_id)
 
         assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
-        end.wait()
-        response = submit_answer(client, question_id, answer="Red")
-        assert response.status_code == 200, response.text
-        polled = poll.result(timeout=30)
-    end.release.set()
-
-    assert (polled.status_code, polled.json().get("code")) == (410, "run_finished"), polled.text
-    assert_reported_unread(client, started, question_id)
-
-
-def test_an_answer_given_while_a_cancelled_cli_is_still_exiting_is_reported_on_its_card(
-    app_server: LiveServer, alice: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A cancelled CLI may take a while to exit after its signal, and its MCP server polls
-    on meanwhile: the turn stops reading answers at the cancel, not at the CLI's exit. The
-    test holds the signal back, so the CLI and its poll surely live on when the person
-    answers."""
-    signal = HeldSignal(monkeypatch)
-    project = make_project(owner=alice, ask_user_timeout=120)
-    client = login_client(app_server, "alice", "alice-password")
-    started, question_id = asked(client, project)
-    with ThreadPoolExecutor(1) as pool:
-        poll = relay_poll_waiting(app_server, pool, started["run_id"], question_id)
-
-        assert client.post(f"/api/runs/{started['run_id']}/cancel").status_code == 202
-        assert signal.asked.wait(30), "the cancel never reached the CLI's turn"
+        held.wait()
         wait_until(
             lambda: relay_token_ended(started["run_id"]), timeout=10, what="the turn to stop reading answers"
         )
         response = submit_answer(client, question_id, answer="Red")
         assert response.status_code == 200, response.text
         polled = poll.result(timeout=30)
-        signal.release()
+    held.release.set()
 
     assert (polled.status_code, polled.json().get("code")) == (410, "run_finished"), polled.text
-    assert_reported_unread(client, started, question_id)
-
-
-class HeldSignal:
-    """A cancel reaches the run's turn, but its CLI gets the stop signal only when the test
-    lets it go (``release``): the CLI runs on meanwhile, as a slow exit would."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.asked = threading.Event()
-        self._held: list[tuple[asyncio.AbstractEventLoop, ManagedProcess]] = []
-        self._terminate = ManagedProcess.terminate
-
-        def held(process: ManagedProcess) -> None:
-            self._held.append((asyncio.get_running_loop(), process))
-            self.asked.set()
-
-        monkeypatch.setattr(ManagedProcess, "terminate", held)
-
-    def release(self) -> None:
-        for loop, process in self._held:
-            loop.call_soon_threadsafe(self._terminate, process)
-
-
-def relay_poll_waiting(
-    app_server: LiveServer, pool: ThreadPoolExecutor, run_id: int, question_id: str
-) -> Future[httpx.Response]:
-    """A poll-answer of the test's own with the run's relay token, blocked in Redis beside
-    the MCP server's."""
-    [config] = list(Path(settings.RUN_SECRETS_DIR).glob(f"run-{run_id}-*/ask-user.json"))
-    token = json.loads(config.read_text())["relayToken"]
-    poll = pool.submit(
-        httpx.get,
-        f"{app_server.url}/api/askuser/poll-answer",
-        params={"question_id": question_id},
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=60,
-    )
-    wait_until(lambda: relay_polls_waiting() >= 2, timeout=10, what="the test's poll to wait")
-    return poll
-
-
-def relay_token_ended(run_id: int) -> bool:
-    token: Any = get_redis().get(live.relay_token_key(run_id))
-    return token is not None and str(token).startswith(live.ENDED_MARK)
-
-
-def assert_reported_unread(client: httpx.Client, started: dict[str, Any], question_id: str) -> None:
-    """The cancelled run's card says Claude never read its answer."""
     events = read_sse(client, started["events_url"])
     assert events[-1].data == {"status": "cancelled"}
     [undelivered] = of(events, "user_message_undelivered")
@@ -265,3 +195,56 @@ def test_the_sdk_engine_closes_the_card_of_a_dead_turn_before_anyone_can_answer_
     assert events[-1].data == {"status": "failed"}
     assert of(events, "user_message_delivered") == of(events, "user_message_undelivered") == []
     assert Question.objects.get(question_id=question_id).status == QuestionStatus.CANCELLED
+
+
+class HeldSignal:
+    """A cancel reaches the run's turn, but its CLI gets the stop signal only once the test
+    lets it go (``release``): the CLI runs on meanwhile, as a slow exit would."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.reached = threading.Event()
+        self.release = threading.Event()
+        self._later: set[asyncio.Task[None]] = set()
+        terminate = ManagedProcess.terminate
+
+        def held(process: ManagedProcess) -> None:
+            self.reached.set()
+
+            async def later() -> None:
+                for _ in range(600):
+                    if self.release.is_set():
+                        break
+                    await asyncio.sleep(0.05)
+                terminate(process)
+
+            task = asyncio.get_running_loop().create_task(later())
+            self._later.add(task)
+            task.add_done_callback(self._later.discard)
+
+        monkeypatch.setattr(ManagedProcess, "terminate", held)
+
+    def wait(self) -> None:
+        assert self.reached.wait(30), "the cancel never reached the CLI's turn"
+
+
+def relay_poll_waiting(
+    app_server: LiveServer, pool: ThreadPoolExecutor, run_id: int, question_id: str
+) -> Future[httpx.Response]:
+    """A poll-answer of the test's own with the run's relay token, blocked in Redis beside
+    the MCP server's."""
+    [config] = list(Path(settings.RUN_SECRETS_DIR).glob(f"run-{run_id}-*/ask-user.json"))
+    token = json.loads(config.read_text())["relayToken"]
+    poll = pool.submit(
+        httpx.get,
+        f"{app_server.url}/api/askuser/poll-answer",
+        params={"question_id": question_id},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=60,
+    )
+    wait_until(lambda: relay_polls_waiting() >= 2, timeout=10, what="the test's poll to wait")
+    return poll
+
+
+def relay_token_ended(run_id: int) -> bool:
+    token: Any = get_redis().get(live.relay_token_key(run_id))
+    return token is not None and str(token).startswith(live.ENDED_MARK)
