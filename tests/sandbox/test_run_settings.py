@@ -324,10 +324,12 @@ def harmless_trusted_command(settings: Any) -> str:
     return sandbox.trusted_command()
 
 
-def prefixed(prefix: Path, command: str, *, path: str) -> subprocess.Popen[str]:
-    """``command`` as the CLI starts it through the run's shell prefix."""
+def prefixed(prefix: Path, command: str, *, workdir: Path, path: str) -> subprocess.Popen[str]:
+    """``command`` as the CLI starts it through the run's shell prefix, in the run's
+    working directory (the one directory of the host the sandbox shows writable)."""
     return subprocess.Popen(
         [str(prefix), command],
+        cwd=workdir,
         env={"PATH": path},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -351,9 +353,13 @@ def test_a_command_started_while_the_run_sandbox_starts_waits_and_then_runs_insi
     confinement = sandbox._run_scope_reserved(run_id=14, workdir=workdir, path=child_path(), pending=True)
     assert confinement.prefix_path is not None
     try:
-        waiting = prefixed(confinement.prefix_path, "readlink /proc/self/ns/mnt", path=command_path)
+        waiting = prefixed(
+            confinement.prefix_path, "readlink /proc/self/ns/mnt", workdir=workdir, path=command_path
+        )
         # The ask-user server's command line does not wait: the CLI connects it first.
-        outside = prefixed(confinement.prefix_path, harmless_trusted_command, path=command_path)
+        outside = prefixed(
+            confinement.prefix_path, harmless_trusted_command, workdir=workdir, path=command_path
+        )
         assert outside.communicate(timeout=10) == ("outside\n", "")
 
         confinement.sandbox = sandbox.start_run_sandbox(
@@ -379,7 +385,7 @@ def test_a_command_waiting_for_a_sandbox_that_never_opened_ends_with_its_run(
 ) -> None:
     confinement = sandbox._run_scope_reserved(run_id=15, workdir=workdir, path=child_path(), pending=True)
     assert confinement.prefix_path is not None
-    waiting = prefixed(confinement.prefix_path, f"touch {workdir}/ran", path=child_path())
+    waiting = prefixed(confinement.prefix_path, f"touch {workdir}/ran", workdir=workdir, path=child_path())
     with pytest.raises(subprocess.TimeoutExpired):
         waiting.wait(timeout=0.5)
     # The run fails (its sandbox could not start) or is cancelled while its sandbox starts.
