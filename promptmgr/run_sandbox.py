@@ -42,10 +42,10 @@ Each run's prefix is a script of its own under ``VAR_DIR`` (the CLI spawns an MC
 with the prefix as its program, so it can take no arguments). It names the sandbox by its
 first process's PID and checks, before entering, for a marker directory only that sandbox
 has, so a PID reused after the sandbox ended is never entered. Its path is chosen before
-the sandbox starts (``prefix_path``), so the CLI engine can spawn the CLI meanwhile: until
+the sandbox starts (``prefix_path``), so the engines can spawn the CLI meanwhile: until
 ``RunSandbox.open`` puts the entering script there, the path holds a pending one
-(``write_pending_prefix``) in which a command waits, the ask-user server's line apart. The prefix is set in the
-CLI's environment and in the flag layer of its settings (``env``), which a workspace's own
+(``write_pending_prefix``) in which a command waits, the ask-user server's line apart.
+The prefix is set in the CLI's environment and in the flag layer of its settings (``env``), which a workspace's own
 settings cannot override (``tests/harness/test_sandbox_contract.py`` pins what this module
 relies on).
 """

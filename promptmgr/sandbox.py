@@ -396,7 +396,7 @@ class Confinement:
     environment adds (``env``), its own temporary directory and, in the ``run`` scope, its
     sandbox; ``close`` ends them when the run's CLI is gone.
 
-    A confinement from ``confine(beside_cli=True)`` may still be starting its sandbox:
+    A ``run`` scope confinement from ``confine`` may still be starting its sandbox:
     commands wait in the run's pending prefix until ``open``."""
 
     run_id: int
@@ -532,20 +532,20 @@ def _confine(run_id: int, workdir: Path, path: str) -> Confinement:
     )
 
 
-async def confine(*, run_id: int, workdir: Path, path: str, beside_cli: bool = False) -> Confinement:
+async def confine(*, run_id: int, workdir: Path, path: str) -> Confinement:
     """Check that the sandbox can start (``SandboxUnavailable`` if not) and prepare the run's
     confinement; off the event loop, since the first check starts bubblewrap once. The
     engine starts the CLI and then awaits ``Confinement.serving``, so the egress's start
     is not on the way to Claude's first word.
 
-    ``beside_cli``: in the ``run`` scope, return before the sandbox has started, which goes
-    on beside the CLI's own start; the engine awaits ``Confinement.open`` before Claude
-    gets the prompt.
+    In the ``run`` scope it returns before the sandbox has started, which goes on beside
+    the CLI's own start; the engine awaits ``Confinement.open`` before Claude gets the
+    prompt.
 
     A run cancelled meanwhile (stopped as it starts) does not get it, but the thread goes on
     preparing it: what it prepares (a sandbox, its egress, a temporary directory) is closed
     once ready instead of being left to the worker's end."""
-    if beside_cli and sandbox_scope() == "run":
+    if sandbox_scope() == "run":
         return await _confine_beside_cli(run_id, workdir, path)
     preparing = asyncio.ensure_future(asyncio.to_thread(_confine, run_id, workdir, path))
     try:

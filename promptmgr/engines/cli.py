@@ -116,9 +116,7 @@ async def start_turn(request: TurnRequest) -> CLITurn:
     starts (a hook, a workspace's MCP server) waits in the run's pending prefix."""
     project = request.project
     ask_user = mcp_server_registered(project)
-    confinement = await sandbox.confine(
-        run_id=request.run_id, workdir=request.root, path=child_path(), beside_cli=True
-    )
+    confinement = await sandbox.confine(run_id=request.run_id, workdir=request.root, path=child_path())
     relay = None
     try:
         await confinement.before_spawn(request.before_prompt)

@@ -332,9 +332,7 @@ async def start_turn(request: TurnRequest) -> SDKTurn:
     prompt (it connects in a task of its own). In the ``run`` scope the CLI starts while the
     run's sandbox starts and its start snapshot is taken; the prompt goes in once both are
     done (``Confinement.open``), as in the CLI engine."""
-    confinement = await sandbox.confine(
-        run_id=request.run_id, workdir=request.root, path=child_path(), beside_cli=True
-    )
+    confinement = await sandbox.confine(run_id=request.run_id, workdir=request.root, path=child_path())
     try:
         await confinement.before_spawn(request.before_prompt)
         turn = SDKTurn(

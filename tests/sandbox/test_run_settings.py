@@ -340,7 +340,7 @@ def prefixed(prefix: Path, command: str, *, workdir: Path, path: str) -> subproc
 def test_a_command_started_while_the_run_sandbox_starts_waits_and_then_runs_inside_it(
     workdir: Path, harmless_trusted_command: str
 ) -> None:
-    # The CLI is spawned before its run's sandbox has started (``confine(beside_cli=True)``):
+    # The CLI is spawned before its run's sandbox has started (``sandbox.confine``):
     # a hook or a workspace's MCP server it starts then must not run before the sandbox
     # can take it, nor outside it. The decoys, on the command's PATH, say so if they run.
     decoys = workdir / "bin"
@@ -398,7 +398,7 @@ def test_a_command_waiting_for_a_sandbox_that_never_opened_ends_with_its_run(
 def test_a_confinement_closed_while_its_sandbox_starts_ends_the_sandbox_too(workdir: Path) -> None:
     # A run cancelled, or whose CLI could not spawn, while its sandbox still started.
     async def start_and_close() -> run_sandbox.RunSandbox:
-        confinement = await sandbox.confine(run_id=16, workdir=workdir, path=child_path(), beside_cli=True)
+        confinement = await sandbox.confine(run_id=16, workdir=workdir, path=child_path())
         starting = confinement.starting
         assert starting is not None and not starting.done()
         await confinement.aclose()

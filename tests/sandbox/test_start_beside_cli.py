@@ -1,5 +1,5 @@
-"""Both engines spawn the CLI while the run's sandbox starts (``sandbox.confine`` with
-``beside_cli``): the CLI's own start (some 300 ms) no longer waits for the sandbox's. Claude
+"""Both engines spawn the CLI while the run's sandbox starts (``sandbox.confine`` returns
+before it has started): the CLI's own start (some 300 ms) no longer waits for the sandbox's. Claude
 gets the prompt, and the run's commands enter the sandbox, once it has started.
 
 The real app, the real CLI and bubblewrap; only the model is scripted.
