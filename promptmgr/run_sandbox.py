@@ -108,6 +108,10 @@ START_TIMEOUT = 10.0
 # How long a command waits in a pending prefix at most. A safety net only: the run's end
 # removes its prefix, which ends the wait (``remove_prefix``).
 PENDING_LIMIT = 600.0
+# A prefix is written beside its path under this name and moved into place (``write_prefix``);
+# one older than this seconds was left by a worker that died in between.
+STAGED_PREFIX = ".staged-"
+STAGED_LIMIT = 60.0
 STOP_TIMEOUT = 5.0
 MSG_ENDED = "This run's sandbox has ended; the command did not run."
 
@@ -271,11 +275,16 @@ def write_pending_prefix(path: Path, *, trusted_command: str, sleep: str) -> Non
 def write_prefix(path: Path, text: str) -> None:
     """Put the script ``text`` at ``path`` in one step: a command that starts meanwhile
     runs the old script or the new one, never half of one."""
-    fd, staged = tempfile.mkstemp(dir=path.parent, prefix=".staged-")
-    with os.fdopen(fd, "w") as file:
-        file.write(text)
-    os.chmod(staged, 0o700)
-    os.replace(staged, path)
+    fd, staged = tempfile.mkstemp(dir=path.parent, prefix=STAGED_PREFIX)
+    try:
+        with os.fdopen(fd, "w") as file:
+            file.write(text)
+        os.chmod(staged, 0o700)
+        os.replace(staged, path)
+    except BaseException:
+        # A full disk or a cancelled start leaves no half-written script behind.
+        Path(staged).unlink(missing_ok=True)
+        raise
 
 
 def remove_prefix(path: Path) -> None:
@@ -287,12 +296,24 @@ def remove_prefix(path: Path) -> None:
 
 def sweep_stale_prefixes() -> int:
     """Remove the prefix scripts of sandboxes that have ended (a crashed worker's runs),
-    and pending ones older than any wait in them (``PENDING_LIMIT``). Judged by the
+    pending ones older than any wait in them (``PENDING_LIMIT``), and scripts a killed
+    worker left half-way through ``write_prefix`` (``STAGED_LIMIT``). Judged by the
     sandbox itself, not by the run: workers of another deployment, or tests, may share
     this directory."""
     removed = 0
     directory = prefix_dir()
-    for entry in directory.glob("run-*-*") if directory.is_dir() else ():
+    if not directory.is_dir():
+        return removed
+    for staged in directory.glob(f"{STAGED_PREFIX}*"):
+        # A worker killed between a prefix's write and its move left it. A write takes
+        # microseconds, so one this old belongs to nobody.
+        try:
+            if time.time() - staged.stat().st_mtime > STAGED_LIMIT:
+                staged.unlink()
+                removed += 1
+        except OSError:
+            continue  # moved into place or removed meanwhile
+    for entry in directory.glob("run-*-*"):
         if entry.name.endswith(".pending"):
             continue  # swept with its prefix
         try:

@@ -177,13 +177,33 @@ def test_a_run_sandboxs_prefix_goes_with_it_and_those_of_ended_sandboxes_are_swe
         # A run whose sandbox is starting now.
         starting = directory / "run-4-cdef"
         run_sandbox.write_pending_prefix(starting, trusted_command="true", sleep="/bin/sleep")
+        # A script a killed worker staged and never moved into place, and one being
+        # written now.
+        left = directory / f"{run_sandbox.STAGED_PREFIX}left"
+        left.write_text("#!/bin/sh\n")
+        long_ago = time.time() - run_sandbox.STAGED_LIMIT - 1
+        os.utime(left, (long_ago, long_ago))
+        writing = directory / f"{run_sandbox.STAGED_PREFIX}writing"
+        writing.write_text("#!/bin/sh\n")
 
-        assert run_sandbox.sweep_stale_prefixes() == 3
+        assert run_sandbox.sweep_stale_prefixes() == 4
         assert sorted(path.name for path in directory.iterdir()) == sorted(
-            [held.prefix_path.name, starting.name, run_sandbox.pending_flag(starting).name]
+            [held.prefix_path.name, starting.name, run_sandbox.pending_flag(starting).name, writing.name]
         )
     assert not held.prefix_path.exists()
     assert not Path(f"/proc/{held.pid}/ns/mnt").exists()
+
+
+def test_a_prefix_whose_write_fails_leaves_neither_a_script_nor_a_staged_file(
+    settings: Any, tmp_path: Path
+) -> None:
+    settings.VAR_DIR = tmp_path / "var"
+    path = run_sandbox.prefix_path(9)
+    run_sandbox.write_prefix(path, "#!/bin/sh\necho before\n")
+    with pytest.raises(UnicodeEncodeError):
+        run_sandbox.write_prefix(path, "#!/bin/sh\necho \ud800\n")  # cannot be written
+    assert sorted(entry.name for entry in path.parent.iterdir()) == [path.name]
+    assert path.read_text() == "#!/bin/sh\necho before\n"
 
 
 def test_in_the_run_scope_the_clis_sandbox_is_off_and_the_prefix_is_pinned_in_the_flag_layer(
