@@ -1,7 +1,8 @@
-"""The answering policy on the chat page: its answer and reasoning on the question card."""
+"""The answering policy on the chat page: its answer, its decision and its reasoning on the cards."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -91,3 +92,39 @@ def test_a_suggestion_accepted_on_the_card_is_sent_as_the_persons_answer(
 
     expect(last_reply(page)).to_contain_text("User selected: Postgres", timeout=SLOW)
     expect(card.locator(".qcard-answer")).to_have_text("You answered: Postgres")
+
+
+TOLD = "Build it through the Makefile, not by hand."
+DENIED_REASONING = "The instructions send Bash builds through the Makefile."
+DENYING = json.dumps({"decision": "deny", "choices": [], "message": TOLD, "reasoning": DENIED_REASONING})
+
+
+def test_a_tool_call_the_policy_denies_says_so_once_with_its_reasoning_and_what_claude_was_told(
+    open_chat: OpenChat, page: Any, alice: Any
+) -> None:
+    project = make_project(
+        owner=alice,
+        permission_mode="default",
+        answer_policy="auto",
+        answer_policy_delay=0,
+        answer_policy_permissions=True,
+        # The scripted model replies as POLICY_SCRIPT says; mentioning Bash lets the policy decide it.
+        answer_policy_instructions=f"Bash builds go through the Makefile. POLICY_SCRIPT: {DENYING}",
+    )
+    open_chat(project)
+    bash = {"tool_use": {"name": "Bash", "input": {"command": "mkdir -p build", "description": "Make it"}}}
+    send_prompt(page, script(bash, QUOTE))
+
+    told = f"The team's policy denied this Bash call: {TOLD}"
+    expect(last_reply(page)).to_contain_text(TOLD, timeout=SLOW)
+    for _ in range(2):  # live, then replayed from the history after a reload
+        card = page.locator(".pcard")
+        expect(card.locator(".pcard-outcome")).to_have_text("Denied by policy", timeout=SLOW)
+        note = card.locator(".policy-note.is-answered")
+        expect(note.locator(".policy-reasoning")).to_have_text(DENIED_REASONING)
+        expect(note.locator(".policy-told")).to_have_text(f"Claude was told: {told}")
+        # The card names the policy's decision once (it read "Denied by policy: The team's
+        # policy denied …" above a note headed "Denied by policy" before).
+        assert card.inner_text().count("by policy") == 1
+        expect(page.locator(".run-footer .status-chip")).to_have_text("Completed", timeout=SLOW)
+        page.reload()

@@ -21,7 +21,9 @@ const CLOSED = {
 };
 
 /** "Allowed once by alice", "Always allowed by alice: Bash(npm test:*)", "Denied by alice: not now". */
-function decisionText({ decision, by, rule, message }) {
+function decisionText({ decision, by, by_policy: byPolicy, rule, message }) {
+  // The policy's note under the card says why and what Claude was told (policy-note.js).
+  if (byPolicy) return decision === "deny" ? "Denied by policy" : "Allowed by policy";
   const who = by ? ` by ${by}` : "";
   if (decision === "allow") return `Allowed once${who}`;
   if (decision === "always") return `Always allowed${who}${rule ? `: ${rule}` : ""}`;

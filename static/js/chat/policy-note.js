@@ -53,10 +53,15 @@ export function answeredByPolicy(data, { onOverride } = {}) {
   return box;
 }
 
-/** The line a permission card shows once the policy decided it. */
+/**
+ * What a permission card shows under its outcome ("Denied by policy", permission-card.js) once
+ * the policy decided it: the policy's reasoning, and for a deny what Claude was told.
+ */
 export function decidedByPolicy(data) {
-  const verb = data.decision === "deny" ? "Denied by policy" : "Allowed by policy";
-  const box = el("div", { class: "policy-note is-answered" }, el("p", { class: "policy-heading" }, el("strong", { text: verb })));
+  const box = el("div", { class: "policy-note is-answered" });
   if (data.reasoning) box.append(el("p", { class: "policy-reasoning", text: data.reasoning }));
+  if (data.decision === "deny" && data.message) {
+    box.append(el("p", { class: "policy-told" }, "Claude was told: ", el("q", { text: data.message })));
+  }
   return box;
 }
