@@ -293,8 +293,14 @@ async def test_a_relay_poll_cut_off_while_it_waits_leaves_the_answer_for_the_nex
 
     # Its client went away: the server cancels the request.
     held.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await held
+    try:
+        ended = await held
+    except asyncio.CancelledError:
+        pass
+    else:
+        # Seen once (a fresh clone's PostgreSQL pass, 2026-12-07) and not reproduced since:
+        # what the poll returned says what ended its wait first.
+        pytest.fail(f"the cut-off poll was not cancelled; it returned {ended!r}")
     await live.answer_push(question_id, HANDOFF, ttl=60)
 
     assert not await live.answer_taken(question_id)
