@@ -45,9 +45,9 @@ has, so a PID reused after the sandbox ended is never entered. Its path is chose
 the sandbox starts (``prefix_path``), so the engines can spawn the CLI meanwhile: until
 ``RunSandbox.open`` puts the entering script there, the path holds a pending one
 (``write_pending_prefix``) in which a command waits, the ask-user server's line apart.
-The prefix is set in the CLI's environment and in the flag layer of its settings (``env``), which a workspace's own
-settings cannot override (``tests/harness/test_sandbox_contract.py`` pins what this module
-relies on).
+The prefix is set in the CLI's environment and in the flag layer of its settings
+(``env``), which a workspace's own settings cannot override
+(``tests/harness/test_sandbox_contract.py`` pins what this module relies on).
 """
 
 from __future__ import annotations
@@ -62,7 +62,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -72,6 +71,7 @@ from typing import NoReturn
 
 from django.conf import settings
 
+from core import files
 from core.procfs import readable
 
 from . import egress
@@ -108,9 +108,8 @@ START_TIMEOUT = 10.0
 # How long a command waits in a pending prefix at most. A safety net only: the run's end
 # removes its prefix, which ends the wait (``remove_prefix``).
 PENDING_LIMIT = 600.0
-# A prefix is written beside its path under this name and moved into place (``write_prefix``);
-# one older than this seconds was left by a worker that died in between.
-STAGED_PREFIX = ".staged-"
+# A prefix staged for its move into place (``write_prefix``) and older than this was left
+# by a worker killed in between: a write takes microseconds.
 STAGED_LIMIT = 60.0
 STOP_TIMEOUT = 5.0
 MSG_ENDED = "This run's sandbox has ended; the command did not run."
@@ -274,17 +273,9 @@ def write_pending_prefix(path: Path, *, trusted_command: str, sleep: str) -> Non
 
 def write_prefix(path: Path, text: str) -> None:
     """Put the script ``text`` at ``path`` in one step: a command that starts meanwhile
-    runs the old script or the new one, never half of one."""
-    fd, staged = tempfile.mkstemp(dir=path.parent, prefix=STAGED_PREFIX)
-    try:
-        with os.fdopen(fd, "w") as file:
-            file.write(text)
-        os.chmod(staged, 0o700)
-        os.replace(staged, path)
-    except BaseException:
-        # A full disk or a cancelled start leaves no half-written script behind.
-        Path(staged).unlink(missing_ok=True)
-        raise
+    runs the old script or the new one, never half of one. Not synced to disk: a machine's
+    crash ends the sandbox the script enters too."""
+    files.replace_atomically(path, text, mode=0o700, durable=False)
 
 
 def remove_prefix(path: Path) -> None:
@@ -304,22 +295,18 @@ def sweep_stale_prefixes() -> int:
     directory = prefix_dir()
     if not directory.is_dir():
         return removed
-    for staged in directory.glob(f"{STAGED_PREFIX}*"):
-        # A worker killed between a prefix's write and its move left it. A write takes
-        # microseconds, so one this old belongs to nobody.
-        try:
-            if time.time() - staged.stat().st_mtime > STAGED_LIMIT:
+    for staged in directory.glob(files.staged_glob("run-*")):
+        with contextlib.suppress(OSError):  # moved into place or removed meanwhile
+            if _older_than(staged, STAGED_LIMIT):
                 staged.unlink()
                 removed += 1
-        except OSError:
-            continue  # moved into place or removed meanwhile
     for entry in directory.glob("run-*-*"):
         if entry.name.endswith(".pending"):
             continue  # swept with its prefix
         try:
             flag = pending_flag(entry)
             if flag.exists():
-                stale = time.time() - flag.stat().st_mtime > PENDING_LIMIT
+                stale = _older_than(flag, PENDING_LIMIT)
             else:
                 stale = not _sandbox_alive(entry.read_text(errors="replace"))
         except OSError:
@@ -328,6 +315,10 @@ def sweep_stale_prefixes() -> int:
             remove_prefix(entry)
             removed += 1
     return removed
+
+
+def _older_than(path: Path, seconds: float) -> bool:
+    return time.time() - path.stat().st_mtime > seconds
 
 
 def _sandbox_alive(script: str) -> bool:

@@ -21,8 +21,6 @@ there by hand reach every new conversation.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any, Literal
 
 from django.conf import settings
 
+from core.files import replace_atomically
 from core.tool_names import MCP_ASK_USER, MCP_SERVER_NAME
 
 from .models import Conversation, Engine, Project, WorkspaceStatus
@@ -177,19 +176,8 @@ def desired_files(project: Project, root: Path) -> dict[Path, str | None]:
     }
 
 
-def _atomic_write(path: Path, content: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _write(path: Path, content: str) -> None:
+    replace_atomically(path, content, mode=0o644)
 
 
 def _read(path: Path) -> str | None:
@@ -223,7 +211,7 @@ def worktree_seed(*, project: Project, worktree: Path) -> None:
     for relative in SEEDED_PATHS:
         content = _read(source / relative)
         if content is not None and _read(worktree / relative) is None:
-            _atomic_write(worktree / relative, content)
+            _write(worktree / relative, content)
 
 
 def root_sync(*, project: Project, root: Path, dry_run: bool = False) -> list[FileChange]:
@@ -239,7 +227,7 @@ def root_sync(*, project: Project, root: Path, dry_run: bool = False) -> list[Fi
             backup = path.with_name(path.name + ".invalid")
             changes.append(FileChange(backup, "created" if _read(backup) is None else "updated"))
             if not dry_run:
-                _atomic_write(backup, current)
+                _write(backup, current)
         if wanted is None:
             changes.append(FileChange(path, "deleted"))
             if not dry_run:
@@ -247,7 +235,7 @@ def root_sync(*, project: Project, root: Path, dry_run: bool = False) -> list[Fi
             continue
         changes.append(FileChange(path, "created" if current is None else "updated"))
         if not dry_run:
-            _atomic_write(path, wanted)
+            _write(path, wanted)
     if not dry_run:
         root.mkdir(parents=True, exist_ok=True)
     return changes

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from core import files
 from promptmgr import run_sandbox, sandbox
 from promptmgr.cli import child_path
 
@@ -179,11 +180,11 @@ def test_a_run_sandboxs_prefix_goes_with_it_and_those_of_ended_sandboxes_are_swe
         run_sandbox.write_pending_prefix(starting, trusted_command="true", sleep="/bin/sleep")
         # A script a killed worker staged and never moved into place, and one being
         # written now.
-        left = directory / f"{run_sandbox.STAGED_PREFIX}left"
+        left = directory / f".run-5-0123.left{files.STAGED_SUFFIX}"
         left.write_text("#!/bin/sh\n")
         long_ago = time.time() - run_sandbox.STAGED_LIMIT - 1
         os.utime(left, (long_ago, long_ago))
-        writing = directory / f"{run_sandbox.STAGED_PREFIX}writing"
+        writing = directory / f".{starting.name}.writing{files.STAGED_SUFFIX}"
         writing.write_text("#!/bin/sh\n")
 
         assert run_sandbox.sweep_stale_prefixes() == 4
