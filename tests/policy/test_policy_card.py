@@ -115,16 +115,22 @@ def test_a_tool_call_the_policy_denies_says_so_once_with_its_reasoning_and_what_
     bash = {"tool_use": {"name": "Bash", "input": {"command": "mkdir -p build", "description": "Make it"}}}
     send_prompt(page, script(bash, QUOTE))
 
-    told = f"The team's policy denied this Bash call: {TOLD}"
     expect(last_reply(page)).to_contain_text(TOLD, timeout=SLOW)
-    for _ in range(2):  # live, then replayed from the history after a reload
-        card = page.locator(".pcard")
-        expect(card.locator(".pcard-outcome")).to_have_text("Denied by policy", timeout=SLOW)
-        note = card.locator(".policy-note.is-answered")
-        expect(note.locator(".policy-reasoning")).to_have_text(DENIED_REASONING)
-        expect(note.locator(".policy-told")).to_have_text(f"Claude was told: {told}")
-        # The card names the policy's decision once (it read "Denied by policy: The team's
-        # policy denied …" above a note headed "Denied by policy" before).
-        assert card.inner_text().count("by policy") == 1
-        expect(page.locator(".run-footer .status-chip")).to_have_text("Completed", timeout=SLOW)
-        page.reload()
+    expect_denied_by_policy(page)
+
+    page.reload()  # replayed from the history the database kept
+    expect_denied_by_policy(page)
+
+
+def expect_denied_by_policy(page: Any) -> None:
+    """The run completed, and its card says the policy denied the call, once."""
+    expect(page.locator(".run-footer .status-chip")).to_have_text("Completed", timeout=SLOW)
+    card = page.locator(".pcard")
+    expect(card.locator(".pcard-outcome")).to_have_text("Denied by policy", timeout=SLOW)
+    note = card.locator(".policy-note.is-answered")
+    expect(note.locator(".policy-reasoning")).to_have_text(DENIED_REASONING)
+    told = f"The team's policy denied this Bash call: {TOLD}"
+    expect(note.locator(".policy-told")).to_have_text(f"Claude was told: {told}")
+    # The card names the policy's decision once (it read "Denied by policy: The team's
+    # policy denied …" above a note headed "Denied by policy" before).
+    assert card.inner_text().count("by policy") == 1

@@ -20,7 +20,7 @@ const CLOSED = {
   cancelled: { stateClass: "is-cancelled", heading: "Cancelled" },
 };
 
-/** "Allowed once by alice", "Always allowed by alice: Bash(npm test:*)", "Denied by alice: not now". */
+/** "Allowed once by alice", "Always allowed by alice: Bash(npm test:*)", "Denied by alice: not now", "Denied by policy". */
 function decisionText({ decision, by, by_policy: byPolicy, rule, message }) {
   // The policy's note under the card says why and what Claude was told (policy-note.js).
   if (byPolicy) return decision === "deny" ? "Denied by policy" : "Allowed by policy";
