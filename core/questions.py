@@ -15,7 +15,7 @@ they stay camelCase.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -36,13 +36,24 @@ def _none_as_empty(value: Any) -> Any:
     return "" if value is None else value
 
 
+# A field that takes null for its empty value (what Claude sends for "none" at times) says
+# so in the API's schema too: its validator names the input type, constraints and all.
+DescriptionText = Annotated[str, Field(max_length=2000)]
+HeaderText = Annotated[str, Field(max_length=60)]
+
+
 class Option(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     label: str = Field(min_length=1, max_length=200)
-    description: str = Field(default="", max_length=2000)
+    description: DescriptionText = ""
 
-    _empty_description = field_validator("description", mode="before")(_none_as_empty)
+    _empty_description = field_validator(
+        "description", mode="before", json_schema_input_type=DescriptionText | None
+    )(_none_as_empty)
+
+
+OptionList = Annotated[list[Option], Field(max_length=MAX_OPTIONS)]
 
 
 class QuestionSpec(BaseModel):
@@ -51,18 +62,20 @@ class QuestionSpec(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     question: str = Field(min_length=1, max_length=5000)
-    header: str = Field(default="", max_length=60)
-    options: list[Option] = Field(default_factory=list, max_length=MAX_OPTIONS)
+    header: HeaderText = ""
+    options: OptionList = Field(default_factory=list)
     multiSelect: bool = False  # noqa: N815 (the wire name)
 
-    _empty_header = field_validator("header", mode="before")(_none_as_empty)
+    _empty_header = field_validator("header", mode="before", json_schema_input_type=HeaderText | None)(
+        _none_as_empty
+    )
 
-    @field_validator("options", mode="before")
+    @field_validator("options", mode="before", json_schema_input_type=OptionList | None)
     @classmethod
     def _no_options(cls, value: Any) -> Any:
         return [] if value is None else value
 
-    @field_validator("multiSelect", mode="before")
+    @field_validator("multiSelect", mode="before", json_schema_input_type=bool | None)
     @classmethod
     def _false_when_null(cls, value: Any) -> Any:
         return False if value is None else value
