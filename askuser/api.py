@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 from ninja import Field, Router, Schema, Status
+from ninja.params.functions import Header
 from ninja.security import HttpBearer, SessionAuth
 
 from core.errors import Forbidden, Gone, Unauthorized
@@ -163,9 +164,18 @@ class DecisionOut(Schema):
     auth=relay_auth,
     response={201: RelayQuestionOut, **errors(401, 403, 410, 422)},
 )
-async def relay_question(request: HttpRequest, payload: QuestionSpec) -> Status[dict[str, Any]]:
+async def relay_question(
+    request: HttpRequest,
+    payload: QuestionSpec,
+    idempotency_key: str = Header("", alias="Idempotency-Key", max_length=200),
+) -> Status[dict[str, Any]]:
+    # The MCP server names each tool call's question with a key of its own and sends it
+    # again with every retry: a retry after a 503 or a lost reply gets the question stored.
     created = await services.question_create(
-        run_id=relay_run_id(request), source=QuestionSource.MCP, questions=[payload]
+        run_id=relay_run_id(request),
+        source=QuestionSource.MCP,
+        questions=[payload],
+        call_key=idempotency_key.strip(),
     )
     return Status(201, created)
 

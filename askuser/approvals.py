@@ -244,7 +244,11 @@ async def permission_request_create(
             specs = questions_from_tool_input(tool_input)
         except ValueError as exc:
             raise Invalid(str(exc), code="invalid_questions") from None
-        card = await services.question_create(run_id=run_id, source=source, questions=specs)
+        # Asked again with the same tool_use_id (the SDK engine, through a Redis outage), it
+        # is the same question.
+        card = await services.question_create(
+            run_id=run_id, source=source, questions=specs, call_key=tool_use_id
+        )
         return {
             "request_id": card["question_id"],
             "kind": "question",

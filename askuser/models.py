@@ -104,12 +104,23 @@ class Question(models.Model):
     )
     delivered_at = models.DateTimeField(null=True, blank=True)
     delivery_mismatch = models.TextField(blank=True)
+    call_key = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The tool call that asked it (the MCP server's Idempotency-Key, or the SDK "
+        "engine's tool_use_id): the same call asked again gets this question back.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = QuestionQuerySet.as_manager()
 
     class Meta:
         ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "call_key"], condition=~models.Q(call_key=""), name="question_call_once"
+            )
+        ]
 
     def __str__(self) -> str:
         first = (self.questions or [{}])[0].get("question", "")

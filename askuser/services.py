@@ -17,6 +17,7 @@ from typing import Any, cast
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core import events
@@ -107,21 +108,49 @@ run_for_new_question: PreparedGet[Run] = PreparedGet(
 pending_question_ids: PreparedRows[Question] = PreparedRows(
     lambda: Question.objects.pending().order_by().values_list("question_id"), "run", placeholder=0
 )
+# A new question's look at its run's questions, in one query: the pending ones (which it
+# supersedes) and every one asked by a known tool call (which it may be again).
+question_calls: PreparedRows[Question] = PreparedRows(
+    lambda: (
+        Question.objects.filter(Q(status=QuestionStatus.PENDING) | ~Q(call_key=""))
+        .order_by()
+        .values_list("pk", "question_id", "status", "call_key")
+    ),
+    "run",
+    placeholder=0,
+)
+
+
+@dataclass(frozen=True)
+class _Created:
+    question: Question
+    superseded: list[str]
+    timeout: int
+    # The same tool call asked again: this is the question it asked before.
+    again: bool = False
 
 
 def _create_question(
-    run_id: int, source: str, questions: list[QuestionSpec], timeout: int | None
-) -> tuple[Question, list[str], int]:
+    run_id: int, source: str, questions: list[QuestionSpec], timeout: int | None, call_key: str
+) -> _Created:
     """The new question, the ids of the pending ones it supersedes, and its timeout
-    (the project's unless given)."""
+    (the project's unless given); or the question ``call_key``'s tool call asked before."""
     with transaction.atomic():
         run = run_for_new_question.get(run_id)
         if timeout is None:
             timeout = int(run.conversation.project.ask_user_timeout)
         if run.status not in ACTIVE_RUN_STATUSES:
             raise Gone(MSG_RUN_FINISHED, code="run_finished")
+        rows = question_calls.rows(run_id)
+        # The call asked again: its question was stored, but its relay was answered 503
+        # (Redis failed to show the card) or its reply was lost on the way (a proxy's 502),
+        # so it posted again; the SDK engine asks again the same way through an outage. It
+        # gets the question it asked, whatever became of it, not a second that supersedes it.
+        again = next((pk for pk, _, _, key in rows if call_key and key == call_key), None)
+        if again is not None:
+            return _Created(Question.objects.get(pk=again), [], timeout, again=True)
         # One pending question per run: a newer one supersedes the old.
-        superseded = _pending_ids(run_id)
+        superseded = [str(qid) for _, qid, status, _ in rows if status == QuestionStatus.PENDING]
         if superseded:
             Question.objects.filter(question_id__in=superseded, status=QuestionStatus.PENDING).update(
                 status=QuestionStatus.SUPERSEDED
@@ -131,19 +160,44 @@ def _create_question(
             source=source,
             questions=[spec.wire() for spec in questions],
             expires_at=timezone.now() + timedelta(seconds=timeout),
+            call_key=call_key,
         )
         run_state.run_wait_for_user(run_id)
-    return question, superseded, timeout
+    return _Created(question, superseded, timeout)
 
 
 async def question_create(
-    *, run_id: int, source: QuestionSource, questions: list[QuestionSpec], timeout: int | None = None
+    *,
+    run_id: int,
+    source: QuestionSource,
+    questions: list[QuestionSpec],
+    timeout: int | None = None,
+    call_key: str = "",
 ) -> dict[str, Any]:
-    """Store a question, mark the run waiting and push the card to the browser at once."""
-    question, superseded, timeout = await sync_to_async(_create_question)(run_id, source, questions, timeout)
-    for old_id in superseded:
-        await _announce_superseded(run_id, old_id)
+    """Store a question, mark the run waiting and push the card to the browser at once.
+
+    ``call_key`` names the tool call that asks (see ``Question.call_key``): asked again, the
+    call gets the question it asked before, its card shown now if it never was, and
+    ``questions`` are not looked at."""
+    created = await sync_to_async(_create_question)(run_id, source, questions, timeout, call_key)
+    question, timeout = created.question, created.timeout
     payload = _card(question, timeout).wire()
+    if created.again:
+        # The run's status goes again beside the card: a first asking that never showed its
+        # card never told the page either (the page takes a repeated status as it is).
+        if question.status == QuestionStatus.PENDING and await live.question_show(
+            run_id,
+            payload,
+            ttl=timeout + live.QUESTION_TTL_GRACE,
+            then=[("run_status", {"status": RunStatus.WAITING_FOR_USER})],
+        ):
+            # Its first asking stored it and never showed it, so the policy never saw it.
+            policy.question_consider(
+                run_id=run_id, question_id=payload["question_id"], questions=payload["questions"]
+            )
+        return payload
+    for old_id in created.superseded:
+        await _announce_superseded(run_id, old_id)
     # Cached, marked shown and on the page with the run's new status in one round trip; the
     # runner's read timeout (question_push_if_unshown) is only the safety net.
     await live.question_show(

@@ -4,8 +4,9 @@ long-poll for its answer or decision.
 Contract (Django side: ``askuser/api.py``), every call authenticated with
 ``Authorization: Bearer <relay token>``; the token never goes in a URL or a log line:
 
-- ``POST /api/askuser/relay-question`` → 201 ``{question_id, expires_at, timeout}``;
-  401/403 bad token, 410 run finished, 422 bad body ``{detail, code, errors}``.
+- ``POST /api/askuser/relay-question`` (``Idempotency-Key``: one per tool call, the same on
+  every try) → 201 ``{question_id, expires_at, timeout}``, the stored question again for a key
+  it has seen; 401/403 bad token, 410 run finished, 422 bad body ``{detail, code, errors}``.
 - ``GET /api/askuser/poll-answer?question_id=…`` → held by the server up to ~25 s, then
   200 answered, 202 still waiting (poll again at once),
   410 ``{status: expired|cancelled|superseded|consumed}``.
@@ -18,6 +19,7 @@ Contract (Django side: ``askuser/api.py``), every call authenticated with
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,11 +80,16 @@ async def relay_question(
     *,
     retry_window: float = RELAY_RETRY_WINDOW,
 ) -> RelayedQuestion:
-    """Post the question; retries refused connections and 429/502/503/504 for ``retry_window`` seconds."""
+    """Post the question; retries refused or lost connections and 429/502/503/504 for
+    ``retry_window`` seconds, every try under one ``Idempotency-Key``, so a try the server
+    stored before its reply was lost is the question the next try gets back."""
+    key = uuid.uuid4().hex
 
     async def post() -> RelayedQuestion:
         endpoint = "relay-question"
-        response = await post_once(client, config, RELAY_QUESTION_PATH, question.wire(), endpoint=endpoint)
+        response = await post_once(
+            client, config, RELAY_QUESTION_PATH, question.wire(), endpoint=endpoint, idempotency_key=key
+        )
         return RelayedQuestion(*created_fields(response, config, id_key="question_id", endpoint=endpoint))
 
     return await post_with_retry(post, endpoint="relay-question", retry_window=retry_window)

@@ -138,14 +138,29 @@ def json_object(response: httpx.Response) -> dict[str, Any]:
 
 
 async def post_once(
-    client: httpx.AsyncClient, config: AskUserConfig, path: str, body: dict[str, Any], *, endpoint: str
+    client: httpx.AsyncClient,
+    config: AskUserConfig,
+    path: str,
+    body: dict[str, Any],
+    *,
+    endpoint: str,
+    idempotency_key: str = "",
 ) -> httpx.Response:
-    """One POST of a question or a permission request; a 200/201 response, or the error it stands for."""
+    """One POST of a question or a permission request; a 200/201 response, or the error it stands for.
+
+    With ``idempotency_key`` (sent as ``Idempotency-Key``, the same on every try of one
+    call), the server answers a repeat with what it stored the first time, so a connection
+    lost mid-request (a web process restarting) is retried too."""
+    headers = _auth_headers(config)
+    if idempotency_key:
+        headers["Idempotency-Key"] = idempotency_key
     try:
-        response = await client.post(config.api_url + path, json=body, headers=_auth_headers(config))
+        response = await client.post(config.api_url + path, json=body, headers=headers)
     except httpx.ConnectError as exc:
         raise Transient(_transport_reason(exc)) from exc
     except httpx.TransportError as exc:
+        if idempotency_key:
+            raise Transient(_transport_reason(exc)) from exc
         # The request may have been stored already; re-posting could show it twice.
         raise RelayUnavailable(_transport_reason(exc)) from exc
     _raise_for_common_status(response, retry=lambda status: status in RETRY_POST_STATUSES)

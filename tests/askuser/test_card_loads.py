@@ -76,31 +76,45 @@ def test_a_questions_card_reads_only_its_runs_state_and_the_projects_timeout(db:
     run = make_run(owner=alice, project=project)
 
     with CaptureQueriesContext(connection) as queries:
-        question, superseded, timeout = services._create_question(
-            run.pk, QuestionSource.MCP, [QuestionSpec.model_validate(PROCEED)], None
+        created = services._create_question(
+            run.pk, QuestionSource.MCP, [QuestionSpec.model_validate(PROCEED)], None, "call-1"
         )
 
-    assert (superseded, timeout) == ([], 240)
+    assert (created.superseded, created.timeout, created.again) == ([], 240, False)
     [load] = [query["sql"] for query in queries.captured_queries if '"promptmgr_project"' in query["sql"]]
     assert columns(load, "promptmgr_run") == {"id", "conversation_id", "status"}
     assert columns(load, "promptmgr_project") == {"id", "ask_user_timeout"}
-    # The run, the questions it would supersede (none: no UPDATE of them), the card, the run's status.
+    # The run; its questions, the ones it would supersede (none: no UPDATE of them) and the
+    # ones its call may have asked before, in one read; the card; the run's status.
     assert statements(queries) == ["SELECT", "SELECT", "INSERT", "UPDATE"]
 
 
 def test_a_new_question_supersedes_the_runs_pending_one_with_one_update(db: Any, alice: Any) -> None:
     run = make_run(owner=alice, project=make_project(owner=alice))
     spec = [QuestionSpec.model_validate(PROCEED)]
-    older, _superseded, _timeout = services._create_question(run.pk, QuestionSource.MCP, spec, None)
+    older = services._create_question(run.pk, QuestionSource.MCP, spec, None, "call-1").question
 
     with CaptureQueriesContext(connection) as queries:
-        newer, superseded, _timeout = services._create_question(run.pk, QuestionSource.MCP, spec, None)
+        created = services._create_question(run.pk, QuestionSource.MCP, spec, None, "call-2")
 
-    assert superseded == [str(older.question_id)]
+    assert created.superseded == [str(older.question_id)]
     # The run waits already: its status move changes nothing and reads why (the last SELECT).
     assert statements(queries) == ["SELECT", "SELECT", "UPDATE", "INSERT", "UPDATE", "SELECT"]
     assert Question.objects.get(pk=older.pk).status == "superseded"
-    assert Question.objects.get(pk=newer.pk).status == "pending"
+    assert Question.objects.get(pk=created.question.pk).status == "pending"
+
+
+def test_a_call_asked_again_reads_its_question_and_writes_nothing(db: Any, alice: Any) -> None:
+    run = make_run(owner=alice, project=make_project(owner=alice))
+    spec = [QuestionSpec.model_validate(PROCEED)]
+    first = services._create_question(run.pk, QuestionSource.MCP, spec, None, "call-1").question
+
+    with CaptureQueriesContext(connection) as queries:
+        again = services._create_question(run.pk, QuestionSource.MCP, spec, None, "call-1")
+
+    assert again.again and again.question.question_id == first.question_id and again.superseded == []
+    assert statements(queries) == ["SELECT", "SELECT", "SELECT"]
+    assert Question.objects.filter(run=run).count() == 1
 
 
 @pytest.mark.asyncio

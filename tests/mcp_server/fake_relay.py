@@ -12,13 +12,14 @@ import json
 import socket
 import threading
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from mcp_server.config import AskUserConfig
@@ -35,6 +36,9 @@ class Reply:
     body: dict[str, Any] | None = None
     # Seconds to hold the request first, like the real long-poll does.
     delay: float = 0.0
+    # The connection dies mid-reply (a web process restarting): the client reads a
+    # broken body, after the server did whatever the request asked.
+    cut: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,8 @@ class FakeRelay:
         reply = replies.pop(0) if len(replies) > 1 else replies[0]
         if reply.delay:
             await asyncio.sleep(reply.delay)
+        if reply.cut:
+            return StreamingResponse(_cut_off(), status_code=reply.status, media_type="application/json")
         return JSONResponse(reply.body, status_code=reply.status)
 
     async def _relay_question(self, request: Request) -> Response:
@@ -156,6 +162,11 @@ class FakeRelay:
         if self._server is not None and self._thread is not None:
             self._server.should_exit = True
             self._thread.join(timeout=10)
+
+
+async def _cut_off() -> AsyncIterator[bytes]:
+    yield b'{"question_id": '
+    raise ConnectionResetError("the fake relay cut the reply off")
 
 
 def free_port() -> int:

@@ -316,3 +316,34 @@ async def test_the_server_keeps_one_http_client_open_between_tool_calls() -> Non
 
     assert second is first
     assert not first.is_closed
+
+
+@pytest.mark.asyncio
+async def test_every_try_of_one_question_carries_its_own_idempotency_key(relay: FakeRelay) -> None:
+    """The server hands a try it has seen the question it stored (``Question.call_key``)."""
+    relay.question_replies = [Reply(503), Reply(502), relayed()]
+    relay.poll_replies = [answered(["Postgres"])]
+
+    await ask(relay)
+    await ask(relay)
+
+    keys = [r.headers.get("idempotency-key") for r in relay.requests_to("/relay-question")]
+    assert len(keys) == 4 and all(keys)
+    assert keys[0] == keys[1] == keys[2] != keys[3]
+
+
+@pytest.mark.asyncio
+async def test_a_question_whose_reply_is_cut_off_is_posted_again_under_the_same_key(
+    relay: FakeRelay, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection lost mid-reply (the web process restarting) may have stored the
+    question: the same key makes the next try get that one back, so it is safe to post."""
+    relay.question_replies = [Reply(201, cut=True), relayed()]
+    relay.poll_replies = [answered(["SQLite"])]
+
+    assert (await ask(relay)).selectedLabels == ["SQLite"]
+    tries = relay.requests_to("/relay-question")
+    assert len(tries) == 2
+    assert tries[0].headers["idempotency-key"] == tries[1].headers["idempotency-key"]
+    assert tries[0].json() == tries[1].json() == QUESTION.wire()
+    assert "relay-question failed" in caplog.text

@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPermissionContext
 
-from askuser import approvals
-from askuser.models import PermissionRequest
+from askuser import approvals, services
+from askuser.models import PermissionRequest, Question, QuestionStatus
 from core import events
+from core.questions import AnswerIn
+from core.tool_names import ASK_USER_QUESTION
 from tests.helpers import BASH_CALL, PrivateRedis, owned_run, sdk_gate
 
 pytestmark = pytest.mark.unit
@@ -70,3 +72,41 @@ async def test_a_tool_call_that_arrives_during_a_redis_outage_gets_one_card_once
     await approvals.permission_decide(request_id=str(request.request_id), user=alice, decision="allow")
     result = await asyncio.wait_for(asking, timeout=10)
     assert isinstance(result, PermissionResultAllow), result
+
+
+@pytest.mark.asyncio
+async def test_a_question_asked_during_a_redis_outage_is_one_question_with_one_card_once_redis_is_back(
+    transactional_db: Any, alice: Any, private_redis: PrivateRedis
+) -> None:
+    """The gate asks again through the outage with the call's tool_use_id: every try after
+    the first gets the question the first stored (``Question.call_key``), not one more."""
+    run = await owned_run(alice)
+    asked = {
+        "questions": [{"question": "Which database?", "header": "DB", "options": [], "multiSelect": False}]
+    }
+    gate = sdk_gate(run.pk)
+
+    with private_redis.down():
+        asking = asyncio.create_task(
+            gate.can_use_tool(ASK_USER_QUESTION, asked, ToolPermissionContext(tool_use_id="toolu_q"))
+        )
+        # Long enough for the gate to ask four times (its pauses start at 0.2 s and double).
+        await asyncio.sleep(2.0)
+        assert not asking.done(), asking.result()
+    while not [e for e in await events.read_events(run.pk, 0) if e.event == "ask_user_question"]:
+        await asyncio.sleep(0.05)
+
+    [question] = [q async for q in Question.objects.filter(run=run)]
+    assert question.status == QuestionStatus.PENDING
+    shown = [
+        e.data["question_id"] for e in await events.read_events(run.pk, 0) if e.event.startswith("ask_user")
+    ]
+    assert shown == [str(question.question_id)]
+    await services.answer_submit(
+        question_id=str(question.question_id),
+        user=alice,
+        body=AnswerIn(answer="Postgres", selectedOptions=[]),
+    )
+    result = await asyncio.wait_for(asking, timeout=10)
+    assert isinstance(result, PermissionResultAllow), result
+    assert result.updated_input == {**asked, "answers": {"Which database?": "Postgres"}}
