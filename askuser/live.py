@@ -112,14 +112,16 @@ async def question_cache_clear(run_id: int, question_id: str) -> None:
 
 # A question's card goes out once, whoever shows it (KEYS: the cache, the shown set, the
 # run's events stream and sequence; ARGV: the card's JSON, the TTL, the question's id,
-# whether to cache it ("1" or "0"), then event/data pairs to append after the card).
-# Cached if asked, marked shown, and its card appended unless it was shown already; what
-# follows it is appended either way.
+# whether to cache it ("1", "0", or "once": only if not shown yet, and then nothing else
+# either), then event/data pairs to append after the card). Cached if asked, marked shown,
+# and its card appended unless it was shown already; what follows it is appended either
+# way, but with "once".
 _QUESTION_SHOW_LUA = (
     events.APPEND_LUA_FUNCTION
     + """
-if ARGV[4] == '1' then redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2])) end
 local added = redis.call('SADD', KEYS[2], ARGV[3])
+if added == 0 and ARGV[4] == 'once' then return 0 end
+if ARGV[4] ~= '0' then redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[2])) end
 redis.call('EXPIRE', KEYS[2], tonumber(ARGV[2]))
 local batch = {}
 if added == 1 then
@@ -140,6 +142,7 @@ async def question_show(
     ttl: int,
     then: list[tuple[str, dict[str, Any]]],
     cache: bool = True,
+    only_if_new: bool = False,
 ) -> bool:
     """Mark the run's question shown and append its card (the ``ask_user_question`` event)
     and then ``then`` to the run's stream, in one step; with ``cache``, remember it in the
@@ -147,7 +150,8 @@ async def question_show(
     in the cache, shows it with ``cache=False``.
 
     False when the question was marked shown already: then only ``then`` is appended, so
-    no card is pushed twice.
+    no card is pushed twice; with ``only_if_new`` (a question asked again), nothing is
+    written at all.
     """
     keys = [
         question_cache_key(run_id),
@@ -159,7 +163,7 @@ async def question_show(
         encode_json(question),
         ttl,
         question["question_id"],
-        "1" if cache else "0",
+        "once" if only_if_new else "1" if cache else "0",
         *events.append_args(then),
     ]
     return bool(await get_async_redis().register_script(_QUESTION_SHOW_LUA)(keys=keys, args=args))

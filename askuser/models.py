@@ -110,6 +110,14 @@ class Question(models.Model):
         help_text="The tool call that asked it (the MCP server's Idempotency-Key, or the SDK "
         "engine's tool_use_id): the same call asked again gets this question back.",
     )
+    superseded_by = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The newer question of the run that replaced this one.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = QuestionQuerySet.as_manager()

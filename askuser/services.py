@@ -109,7 +109,8 @@ pending_question_ids: PreparedRows[Question] = PreparedRows(
     lambda: Question.objects.pending().order_by().values_list("question_id"), "run", placeholder=0
 )
 # A new question's look at its run's questions, in one query: the pending ones (which it
-# supersedes) and every one asked by a known tool call (which it may be again).
+# supersedes) and every one asked by a known tool call (which it may be again). The keyed
+# ones are most of a run's questions, a few dozen rows in a long turn: still one query.
 question_calls: PreparedRows[Question] = PreparedRows(
     lambda: (
         Question.objects.filter(Q(status=QuestionStatus.PENDING) | ~Q(call_key=""))
@@ -148,13 +149,7 @@ def _create_question(
         # gets the question it asked, whatever became of it, not a second that supersedes it.
         again = next((pk for pk, _, _, key in rows if call_key and key == call_key), None)
         if again is not None:
-            return _Created(Question.objects.get(pk=again), [], timeout, again=True)
-        # One pending question per run: a newer one supersedes the old.
-        superseded = [str(qid) for _, qid, status, _ in rows if status == QuestionStatus.PENDING]
-        if superseded:
-            Question.objects.filter(question_id__in=superseded, status=QuestionStatus.PENDING).update(
-                status=QuestionStatus.SUPERSEDED
-            )
+            return _asked_again(again)
         question = Question.objects.create(
             run=run,
             source=source,
@@ -162,8 +157,26 @@ def _create_question(
             expires_at=timezone.now() + timedelta(seconds=timeout),
             call_key=call_key,
         )
+        # One pending question per run: a newer one supersedes the old.
+        superseded = [str(qid) for _, qid, status, _ in rows if status == QuestionStatus.PENDING]
+        if superseded:
+            Question.objects.filter(question_id__in=superseded, status=QuestionStatus.PENDING).update(
+                status=QuestionStatus.SUPERSEDED, superseded_by=question
+            )
         run_state.run_wait_for_user(run_id)
     return _Created(question, superseded, timeout)
+
+
+def _asked_again(pk: int) -> _Created:
+    """The question a call asked before, with the ones it superseded then (their cards are
+    closed again if its own was never shown) and the timeout it was asked with."""
+    question = Question.objects.get(pk=pk)
+    superseded = [
+        str(qid)
+        for qid in Question.objects.filter(superseded_by=question).values_list("question_id", flat=True)
+    ]
+    timeout = round((question.expires_at - question.created_at).total_seconds())
+    return _Created(question, superseded, timeout, again=True)
 
 
 async def question_create(
@@ -183,18 +196,7 @@ async def question_create(
     question, timeout = created.question, created.timeout
     payload = _card(question, timeout).wire()
     if created.again:
-        # The run's status goes again beside the card: a first asking that never showed its
-        # card never told the page either (the page takes a repeated status as it is).
-        if question.status == QuestionStatus.PENDING and await live.question_show(
-            run_id,
-            payload,
-            ttl=timeout + live.QUESTION_TTL_GRACE,
-            then=[("run_status", {"status": RunStatus.WAITING_FOR_USER})],
-        ):
-            # Its first asking stored it and never showed it, so the policy never saw it.
-            policy.question_consider(
-                run_id=run_id, question_id=payload["question_id"], questions=payload["questions"]
-            )
+        await _show_again(run_id, question, payload, created.superseded)
         return payload
     for old_id in created.superseded:
         await _announce_superseded(run_id, old_id)
@@ -210,6 +212,37 @@ async def question_create(
         run_id=run_id, question_id=payload["question_id"], questions=payload["questions"]
     )
     return payload
+
+
+async def _show_again(
+    run_id: int, question: Question, payload: dict[str, Any], superseded: list[str]
+) -> None:
+    """A question asked again: its card, with what its first asking would have sent, if it
+    is still open and was never shown (Redis failed that asking after its commit).
+
+    Shown already, nothing is sent again (``only_if_new``): not the card, not the run's
+    status, which may have moved on since. One case stays open: a first asking whose show
+    reached Redis but whose reply was lost leaves the policy unasked (it runs after the
+    show); the person still answers the card."""
+    left = (question.expires_at - timezone.now()).total_seconds()
+    if question.status != QuestionStatus.PENDING or left <= 0:
+        return  # the poll says what became of it (and expires it, when its time is up)
+    if not await live.question_show(
+        run_id,
+        payload,
+        ttl=int(left) + live.QUESTION_TTL_GRACE,
+        then=[("run_status", {"status": RunStatus.WAITING_FOR_USER})],
+        only_if_new=True,
+    ):
+        return
+    # Its first asking closed the cards it replaced before its own card, and may have
+    # stopped before either (Redis failed it): they are closed again now, after the card,
+    # since only a card never shown says so. A card closed twice stays as it was closed.
+    for old_id in superseded:
+        await _announce_superseded(run_id, old_id)
+    policy.question_consider(
+        run_id=run_id, question_id=payload["question_id"], questions=payload["questions"]
+    )
 
 
 async def _announce_superseded(run_id: int, question_id: str) -> None:

@@ -158,10 +158,13 @@ async def post_once(
         response = await client.post(config.api_url + path, json=body, headers=headers)
     except httpx.ConnectError as exc:
         raise Transient(_transport_reason(exc)) from exc
-    except httpx.TransportError as exc:
+    except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+        # The connection broke mid-request: the request may have been stored already, and
+        # only a key makes posting it again safe (a timeout outlasts the retry window anyway).
         if idempotency_key:
             raise Transient(_transport_reason(exc)) from exc
-        # The request may have been stored already; re-posting could show it twice.
+        raise RelayUnavailable(_transport_reason(exc)) from exc
+    except httpx.TransportError as exc:
         raise RelayUnavailable(_transport_reason(exc)) from exc
     _raise_for_common_status(response, retry=lambda status: status in RETRY_POST_STATUSES)
     if response.status_code == 410:
@@ -196,7 +199,8 @@ def created_fields(
 
 
 async def post_with_retry(post: Callable[[], Awaitable[T]], *, endpoint: str, retry_window: float) -> T:
-    """Run ``post``, retrying refused connections and 429/502/503/504 for ``retry_window`` seconds."""
+    """Run ``post``, retrying what it raises as ``Transient`` (refused connections, 429/502/503/504,
+    and with an idempotency key a connection lost mid-request) for ``retry_window`` seconds."""
     deadline = time.monotonic() + retry_window
     backoff = BACKOFF_START
     while True:

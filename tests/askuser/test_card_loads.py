@@ -98,23 +98,30 @@ def test_a_new_question_supersedes_the_runs_pending_one_with_one_update(db: Any,
         created = services._create_question(run.pk, QuestionSource.MCP, spec, None, "call-2")
 
     assert created.superseded == [str(older.question_id)]
-    # The run waits already: its status move changes nothing and reads why (the last SELECT).
-    assert statements(queries) == ["SELECT", "SELECT", "UPDATE", "INSERT", "UPDATE", "SELECT"]
-    assert Question.objects.get(pk=older.pk).status == "superseded"
+    # The card, then the supersede naming it; the run waits already: its status move
+    # changes nothing and reads why (the last SELECT).
+    assert statements(queries) == ["SELECT", "SELECT", "INSERT", "UPDATE", "UPDATE", "SELECT"]
+    replaced = Question.objects.get(pk=older.pk)
+    assert (replaced.status, replaced.superseded_by_id) == ("superseded", created.question.pk)
     assert Question.objects.get(pk=created.question.pk).status == "pending"
 
 
 def test_a_call_asked_again_reads_its_question_and_writes_nothing(db: Any, alice: Any) -> None:
-    run = make_run(owner=alice, project=make_project(owner=alice))
+    project = make_project(owner=alice, ask_user_timeout=240)
+    run = make_run(owner=alice, project=project)
     spec = [QuestionSpec.model_validate(PROCEED)]
     first = services._create_question(run.pk, QuestionSource.MCP, spec, None, "call-1").question
+    project.ask_user_timeout = 600
+    project.save(update_fields=["ask_user_timeout"])
 
     with CaptureQueriesContext(connection) as queries:
         again = services._create_question(run.pk, QuestionSource.MCP, spec, None, "call-1")
 
     assert again.again and again.question.question_id == first.question_id and again.superseded == []
-    assert statements(queries) == ["SELECT", "SELECT", "SELECT"]
-    assert Question.objects.filter(run=run).count() == 1
+    # The run, its questions; the call's question and the ones it replaced (none).
+    assert statements(queries) == ["SELECT", "SELECT", "SELECT", "SELECT"]
+    # The timeout it was asked with, not the project's now.
+    assert (again.timeout, Question.objects.filter(run=run).count()) == (240, 1)
 
 
 @pytest.mark.asyncio

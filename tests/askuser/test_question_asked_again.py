@@ -10,10 +10,12 @@ the test database and a real Redis (its own where the test takes it down).
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import httpx
 import pytest
+from django.utils import timezone
 
 from askuser.models import Question, QuestionStatus
 from core import events
@@ -131,3 +133,60 @@ def test_an_idempotency_key_longer_than_a_tool_call_id_is_refused_with_nothing_s
     assert response.status_code == 422, response.text
     assert "Idempotency-Key" in response.text
     assert not Question.objects.filter(run=run).exists()
+
+
+def test_a_question_shown_and_asked_again_sends_nothing_more(app_server: Any, alice: Any) -> None:
+    """Its first reply was lost after the card went out: the retry changes nothing on the
+    page, not even the run's status, which may have moved on since."""
+    run = active_run(make_project(owner=alice), alice)
+    _session, token = open_session(run)
+    first = relay(app_server, token, QUESTION, "call-1").json()["question_id"]
+    before = asyncio.run(events.read_events(run.pk, 0))
+
+    again = relay(app_server, token, QUESTION, "call-1")
+
+    assert again.status_code == 201 and again.json()["question_id"] == first
+    assert asyncio.run(events.read_events(run.pk, 0)) == before
+
+
+def test_a_question_asked_again_closes_the_card_its_first_asking_replaced_but_never_closed(
+    app_server: Any, alice: Any, private_redis: PrivateRedis
+) -> None:
+    run = active_run(make_project(owner=alice), alice)
+    _session, token = open_session(run)
+    older = relay(app_server, token, QUESTION, "call-1").json()["question_id"]
+    with private_redis.down():
+        # Stored, and the older one superseded in the database; neither card hears of it.
+        assert relay(app_server, token, OTHER_QUESTION, "call-2").status_code == 503
+    assert Question.objects.get(question_id=older).status == QuestionStatus.SUPERSEDED
+
+    newer = relay(app_server, token, OTHER_QUESTION, "call-2").json()["question_id"]
+
+    assert cards(run) == [
+        ("ask_user_question", older),
+        ("ask_user_question", newer),
+        ("ask_user_expired", older),
+    ]
+
+
+def test_a_question_whose_time_ran_out_before_it_was_asked_again_shows_no_card(
+    app_server: Any, alice: Any, private_redis: PrivateRedis
+) -> None:
+    run = active_run(make_project(owner=alice), alice)
+    _session, token = open_session(run)
+    with private_redis.down():
+        assert relay(app_server, token, QUESTION, "call-1").status_code == 503
+    Question.objects.filter(run=run).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+    again = relay(app_server, token, QUESTION, "call-1")
+
+    # The poll tells the MCP server it expired, as it would any question whose time is up.
+    assert again.status_code == 201
+    assert cards(run) == []
+    poll = httpx.get(
+        f"{app_server.url}/api/askuser/poll-answer",
+        params={"question_id": again.json()["question_id"]},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=40,
+    )
+    assert poll.status_code == 410 and poll.json()["status"] == "expired"

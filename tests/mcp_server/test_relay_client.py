@@ -319,7 +319,7 @@ async def test_the_server_keeps_one_http_client_open_between_tool_calls() -> Non
 
 
 @pytest.mark.asyncio
-async def test_every_try_of_one_question_carries_its_own_idempotency_key(relay: FakeRelay) -> None:
+async def test_every_try_of_one_question_carries_one_idempotency_key(relay: FakeRelay) -> None:
     """The server hands a try it has seen the question it stored (``Question.call_key``)."""
     relay.question_replies = [Reply(503), Reply(502), relayed()]
     relay.poll_replies = [answered(["Postgres"])]
