@@ -28,11 +28,27 @@ pytestmark = pytest.mark.e2e
 OTHER_QUESTION = {"question": "Which branch?", "options": [{"label": "main"}, {"label": "dev"}]}
 
 
+def asking_run(owner: Any) -> tuple[Run, str]:
+    """A live run of this process, in a project of ``owner``'s, and its relay token."""
+    run = active_run(make_project(owner=owner), owner)
+    _session, token = open_session(run)
+    return run, token
+
+
 def relay(app_server: Any, token: str, body: dict[str, Any], key: str | None) -> httpx.Response:
     headers = {"Authorization": f"Bearer {token}"}
     if key is not None:
         headers["Idempotency-Key"] = key
     return httpx.post(f"{app_server.url}/api/askuser/relay-question", json=body, headers=headers)
+
+
+def poll_answer(app_server: Any, token: str, question_id: str) -> httpx.Response:
+    return httpx.get(
+        f"{app_server.url}/api/askuser/poll-answer",
+        params={"question_id": question_id},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=40,
+    )
 
 
 def cards(run: Run) -> list[tuple[str, str]]:
@@ -48,8 +64,7 @@ def cards(run: Run) -> list[tuple[str, str]]:
 def test_a_question_posted_again_after_its_card_failed_is_the_stored_one_with_one_card(
     app_server: Any, alice: Any, private_redis: PrivateRedis
 ) -> None:
-    run = active_run(make_project(owner=alice), alice)
-    _session, token = open_session(run)
+    run, token = asking_run(alice)
 
     with private_redis.down():
         # The run's token is checked in this process; the question is stored, its card is not shown.
@@ -75,8 +90,7 @@ def test_a_question_posted_again_after_its_card_failed_is_the_stored_one_with_on
 def test_a_question_posted_again_after_it_was_answered_gets_its_answer(app_server: Any, alice: Any) -> None:
     """The first reply was lost on its way and the person answered meanwhile: the retry
     gets the answered question, its card is not shown again, and its poll takes the answer."""
-    run = active_run(make_project(owner=alice), alice)
-    _session, token = open_session(run)
+    run, token = asking_run(alice)
     first = relay(app_server, token, QUESTION, "call-1")
     question_id = first.json()["question_id"]
     assert submit_answer(
@@ -87,22 +101,15 @@ def test_a_question_posted_again_after_it_was_answered_gets_its_answer(app_serve
 
     assert again.status_code == 201 and again.json()["question_id"] == question_id
     assert cards(run) == [("ask_user_question", question_id)]
-    poll = httpx.get(
-        f"{app_server.url}/api/askuser/poll-answer",
-        params={"question_id": question_id},
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=40,
-    )
+    poll = poll_answer(app_server, token, question_id)
     assert poll.status_code == 200 and poll.json()["answer"] == "Yes"
 
 
 def test_another_call_supersedes_the_question_and_a_key_is_the_runs_own(
     app_server: Any, alice: Any, bob: Any
 ) -> None:
-    run = active_run(make_project(owner=alice), alice)
-    _session, token = open_session(run)
-    bobs_run = active_run(make_project(owner=bob), bob)
-    _bobs_session, bobs_token = open_session(bobs_run)
+    run, token = asking_run(alice)
+    bobs_run, bobs_token = asking_run(bob)
     first = relay(app_server, token, QUESTION, "call-1").json()["question_id"]
 
     second = relay(app_server, token, OTHER_QUESTION, "call-2").json()["question_id"]
@@ -125,8 +132,7 @@ def test_another_call_supersedes_the_question_and_a_key_is_the_runs_own(
 def test_an_idempotency_key_longer_than_a_tool_call_id_is_refused_with_nothing_stored(
     app_server: Any, alice: Any
 ) -> None:
-    run = active_run(make_project(owner=alice), alice)
-    _session, token = open_session(run)
+    run, token = asking_run(alice)
 
     response = relay(app_server, token, QUESTION, "k" * 201)
 
@@ -138,8 +144,7 @@ def test_an_idempotency_key_longer_than_a_tool_call_id_is_refused_with_nothing_s
 def test_a_question_shown_and_asked_again_sends_nothing_more(app_server: Any, alice: Any) -> None:
     """Its first reply was lost after the card went out: the retry changes nothing on the
     page, not even the run's status, which may have moved on since."""
-    run = active_run(make_project(owner=alice), alice)
-    _session, token = open_session(run)
+    run, token = asking_run(alice)
     first = relay(app_server, token, QUESTION, "call-1").json()["question_id"]
     before = asyncio.run(events.read_events(run.pk, 0))
 
@@ -152,8 +157,7 @@ def test_a_question_shown_and_asked_again_sends_nothing_more(app_server: Any, al
 def test_a_question_asked_again_closes_the_card_its_first_asking_replaced_but_never_closed(
     app_server: Any, alice: Any, private_redis: PrivateRedis
 ) -> None:
-    run = active_run(make_project(owner=alice), alice)
-    _session, token = open_session(run)
+    run, token = asking_run(alice)
     older = relay(app_server, token, QUESTION, "call-1").json()["question_id"]
     with private_redis.down():
         # Stored, and the older one superseded in the database; neither card hears of it.
@@ -172,8 +176,7 @@ def test_a_question_asked_again_closes_the_card_its_first_asking_replaced_but_ne
 def test_a_question_whose_time_ran_out_before_it_was_asked_again_shows_no_card(
     app_server: Any, alice: Any, private_redis: PrivateRedis
 ) -> None:
-    run = active_run(make_project(owner=alice), alice)
-    _session, token = open_session(run)
+    run, token = asking_run(alice)
     with private_redis.down():
         assert relay(app_server, token, QUESTION, "call-1").status_code == 503
     Question.objects.filter(run=run).update(expires_at=timezone.now() - timedelta(seconds=1))
@@ -183,10 +186,5 @@ def test_a_question_whose_time_ran_out_before_it_was_asked_again_shows_no_card(
     # The poll tells the MCP server it expired, as it would any question whose time is up.
     assert again.status_code == 201
     assert cards(run) == []
-    poll = httpx.get(
-        f"{app_server.url}/api/askuser/poll-answer",
-        params={"question_id": again.json()["question_id"]},
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=40,
-    )
+    poll = poll_answer(app_server, token, again.json()["question_id"])
     assert poll.status_code == 410 and poll.json()["status"] == "expired"
