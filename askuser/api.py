@@ -23,7 +23,7 @@ from core.errors import Forbidden, Gone, Unauthorized
 from core.questions import AnswerIn, QuestionSpec
 from core.schemas import errors
 
-from . import approvals, runtime, services
+from . import approvals, asking, runtime, services
 from .models import Decision, QuestionSource
 
 router = Router()
@@ -171,7 +171,7 @@ async def relay_question(
 ) -> Status[dict[str, Any]]:
     # The MCP server names each tool call's question with a key of its own and sends it
     # again with every retry: a retry after a 503 or a lost reply gets the question stored.
-    created = await services.question_create(
+    created = await asking.question_create(
         run_id=relay_run_id(request),
         source=QuestionSource.MCP,
         questions=[payload],

@@ -47,7 +47,7 @@ from promptmgr.models import (
 )
 from promptmgr.services import run_state
 
-from . import live, policy, previews, services
+from . import asking, live, policy, previews, services
 from .models import (
     Decision,
     PermissionRequest,
@@ -152,7 +152,7 @@ CREATE_RUN_FIELDS = (
     "conversation__project__permission_mode",
 )
 # The run's row lock with those columns, compiled once (core.prepared; see
-# services.run_for_new_question).
+# asking.run_for_new_question).
 run_for_new_request: PreparedGet[Run] = PreparedGet(
     lambda: Run.objects.select_for_update().select_related("conversation__project").only(*CREATE_RUN_FIELDS),
     "id",
@@ -246,7 +246,7 @@ async def permission_request_create(
             raise Invalid(str(exc), code="invalid_questions") from None
         # Asked again with the same tool_use_id (the SDK engine, through a Redis outage), it
         # is the same question.
-        card = await services.question_create(
+        card = await asking.question_create(
             run_id=run_id, source=source, questions=specs, call_key=tool_use_id
         )
         return {

@@ -20,6 +20,7 @@ from .approvals import (
     permissions_close_for_run,
     request_withdraw,
 )
+from .asking import question_create, question_push_if_unshown
 from .delivery import ASK_TOOL_NAMES, MCP_ASK_TOOL, SDK_ASK_TOOL, question_result_seen
 from .late import LateAnswer, late_answer_delivered, late_answer_record, unread_answers_take
 from .models import Question, QuestionSource, QuestionStatus
@@ -36,9 +37,7 @@ from .runtime import (
 from .services import (
     PollResult,
     answer_wait,
-    question_create,
     question_expire,
-    question_push_if_unshown,
     questions_close_for_run,
 )
 from .warm_server import warm_server

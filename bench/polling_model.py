@@ -45,7 +45,7 @@ async def question_trial(index: int, offset: float, cwd: Path, watcher: StreamWa
     from django.utils import timezone
 
     from askuser import live
-    from askuser.services import question_push_if_unshown
+    from askuser.asking import question_push_if_unshown
     from promptmgr.processes import TIMEOUT, ManagedProcess
 
     run_id = RUN_ID_BASE + index

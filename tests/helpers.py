@@ -216,11 +216,11 @@ BASH_CALL_ALWAYS_RESULT = {
 
 async def open_question(run: Any, source: str = "mcp") -> str:
     """``PROCEED`` asked in ``run`` (300 s to answer); the question's id."""
-    from askuser import services
+    from askuser import asking
     from askuser.models import QuestionSource
     from core.questions import QuestionSpec
 
-    card = await services.question_create(
+    card = await asking.question_create(
         run_id=run.pk,
         source=QuestionSource(source),
         questions=[QuestionSpec.model_validate(PROCEED)],

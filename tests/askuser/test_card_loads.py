@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from askuser import approvals, services
+from askuser import approvals, asking, services
 from askuser.models import PermissionRequest, PermissionStatus, Question, QuestionSource
 from core.questions import AnswerIn, QuestionSpec
 from tests.helpers import BASH_CALL, PROCEED, ask_permission, make_project, make_run, open_question, owned_run
@@ -76,7 +76,7 @@ def test_a_questions_card_reads_only_its_runs_state_and_the_projects_timeout(db:
     run = make_run(owner=alice, project=project)
 
     with CaptureQueriesContext(connection) as queries:
-        created = services._create_question(
+        created = asking._create_question(
             run.pk, QuestionSource.MCP, [QuestionSpec.model_validate(PROCEED)], None, "call-1"
         )
 
@@ -92,10 +92,10 @@ def test_a_questions_card_reads_only_its_runs_state_and_the_projects_timeout(db:
 def test_a_new_question_supersedes_the_runs_pending_one_with_one_update(db: Any, alice: Any) -> None:
     run = make_run(owner=alice, project=make_project(owner=alice))
     spec = [QuestionSpec.model_validate(PROCEED)]
-    older = services._create_question(run.pk, QuestionSource.MCP, spec, None, "call-1").question
+    older = asking._create_question(run.pk, QuestionSource.MCP, spec, None, "call-1").question
 
     with CaptureQueriesContext(connection) as queries:
-        created = services._create_question(run.pk, QuestionSource.MCP, spec, None, "call-2")
+        created = asking._create_question(run.pk, QuestionSource.MCP, spec, None, "call-2")
 
     assert created.superseded == [str(older.question_id)]
     # The card, then the supersede naming it; the run waits already: its status move
@@ -110,12 +110,12 @@ def test_a_call_asked_again_reads_its_question_and_writes_nothing(db: Any, alice
     project = make_project(owner=alice, ask_user_timeout=240)
     run = make_run(owner=alice, project=project)
     spec = [QuestionSpec.model_validate(PROCEED)]
-    first = services._create_question(run.pk, QuestionSource.MCP, spec, None, "call-1").question
+    first = asking._create_question(run.pk, QuestionSource.MCP, spec, None, "call-1").question
     project.ask_user_timeout = 600
     project.save(update_fields=["ask_user_timeout"])
 
     with CaptureQueriesContext(connection) as queries:
-        again = services._create_question(run.pk, QuestionSource.MCP, spec, None, "call-1")
+        again = asking._create_question(run.pk, QuestionSource.MCP, spec, None, "call-1")
 
     assert again.again and again.question.question_id == first.question_id and again.superseded == []
     # The run, its questions; the call's question and the ones it replaced (none).

@@ -14,7 +14,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
-from askuser import live, runtime, services
+from askuser import asking, live, runtime, services
 from askuser.models import Question, QuestionSource
 from core import events as run_events
 from core.questions import QuestionSpec
@@ -29,7 +29,7 @@ def card(text: str) -> dict[str, Any]:
 
 
 async def ask(run: Run, text: str) -> str:
-    created = await services.question_create(
+    created = await asking.question_create(
         run_id=run.pk,
         source=QuestionSource.MCP,
         questions=[QuestionSpec.model_validate(card(text))],

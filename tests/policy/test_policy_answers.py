@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from askuser import delivery, policy, services
+from askuser import asking, delivery, policy, services
 from askuser.models import PolicyAnswer, Question, QuestionSource, QuestionStatus
 from core import events
 from core.errors import Conflict
@@ -35,7 +35,7 @@ async def ask(alice: Any, bob: Any) -> tuple[Any, str, PolicyAnswer]:
     run = await sync_to_async(make_run)(owner=alice, project=project)
     # Owned by this process, as a run supervised here is: an answer to an unowned run fails it.
     await promptmgr_live.set_owner(run.pk, WORKER_ID, ttl=60)
-    card = await services.question_create(
+    card = await asking.question_create(
         run_id=run.pk,
         source=QuestionSource.MCP,
         questions=[QuestionSpec.model_validate(QUESTION)],

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 
-from askuser import delivery, services
+from askuser import asking, delivery, services
 from askuser.answers import normalize_answers
 from askuser.models import Question, QuestionSource
 from core import events as live
@@ -53,7 +53,7 @@ def supervisor_with_context(owner: Any) -> tuple[RunSupervisor, RunContext]:
 async def answered_question(run_id: int, user: Any, source: QuestionSource = QuestionSource.MCP) -> str:
     # Owned by this process, as a supervised run is: an answer to an unowned run fails it.
     await promptmgr_live.set_owner(run_id, WORKER_ID, ttl=60)
-    card = await services.question_create(
+    card = await asking.question_create(
         run_id=run_id, source=source, questions=[QuestionSpec.model_validate(QUESTION)], timeout=300
     )
     question_id = str(card["question_id"])

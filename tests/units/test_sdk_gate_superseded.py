@@ -12,7 +12,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from claude_agent_sdk import PermissionResultDeny, ToolPermissionContext
 
-from askuser import services
+from askuser.asking import question_create
 from askuser.models import Question, QuestionSource
 from core.questions import QuestionSpec
 from core.tool_names import ASK_USER_QUESTION
@@ -35,7 +35,7 @@ async def test_a_superseded_question_is_denied_with_the_superseded_sentence(
         await asyncio.sleep(0.05)
 
     newer = {"question": "Which database, really?", "header": "", "options": [], "multiSelect": False}
-    await services.question_create(
+    await question_create(
         run_id=run.pk, source=QuestionSource.SDK, questions=[QuestionSpec.model_validate(newer)], timeout=300
     )
 
