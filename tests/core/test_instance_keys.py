@@ -31,7 +31,7 @@ from django.core.management import call_command
 call_command("migrate", verbosity=0)
 from django.contrib.auth.models import User
 from askuser import live as askuser_live
-from askuser.services import question_create
+from askuser.asking import question_create
 from core.questions import QuestionSpec
 from core import events
 from core.redis import key_prefix, load_instance_uid
