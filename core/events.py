@@ -343,6 +343,9 @@ class EventWriter:
         self.max_outage = max_outage
         self.held: list[tuple[str, dict[str, Any]]] = []
         self._last_written = 0  # the id of the last event this writer wrote
+        # How many events at the head of ``held`` went out in an append whose reply never
+        # came: Redis may have written them (stopped between the write and its reply).
+        self._unsure = 0
         self._failing_since: float | None = None
         self._retry_at = 0.0
         self._backoff = BACKOFF_START
@@ -396,15 +399,36 @@ class EventWriter:
         self._check_limit(now)
 
     async def _append_held(self, written: list[Event]) -> None:
+        if self._unsure:
+            await self._take_landed(written)
         while self.held:
             chunk = self.held[:APPEND_CHUNK]
+            self._unsure = len(chunk)
             ids = await append_events(self.run_id, chunk)
+            self._unsure = 0
             del self.held[: len(chunk)]
             written.extend(Event(id=i, event=e, data=d) for i, (e, d) in zip(ids, chunk, strict=True))
             self._last_written = ids[-1]
         if self._failing_since is not None:
             outage_over()
         self._failing_since, self._backoff, self._retry_at = None, BACKOFF_START, 0.0
+
+    async def _take_landed(self, written: list[Event]) -> None:
+        """Count the unsure append as written if its events are in the stream after the
+        last one this writer knows it wrote, side by side (one append writes them so; other
+        writers' events may come before or after): sending them again would show each twice."""
+        count = self._unsure
+        wanted = [(event, encode_json(data)) for event, data in self.held[:count]]
+        stored = await read_events(self.run_id, self._last_written)
+        for start in range(len(stored) - count + 1):
+            window = stored[start : start + count]
+            if [(e.event, e.raw) for e in window] == wanted:
+                landed = zip(window, self.held[:count], strict=True)
+                written.extend(Event(id=e.id, event=e.event, data=d) for e, (_, d) in landed)
+                del self.held[:count]
+                self._last_written = window[-1].id
+                break
+        self._unsure = 0
 
     def _failed(self, exc: BaseException) -> None:
         self.outage(exc)

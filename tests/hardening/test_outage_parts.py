@@ -10,6 +10,7 @@ import asyncio
 from typing import Any
 
 import pytest
+import redis
 
 from core import events
 from core import redis as core_redis
@@ -150,3 +151,29 @@ def test_an_outage_only_requests_met_is_declared_over_by_the_next_sweep(
 
     assert core_redis.outage_seconds() == 0
     assert any(r.getMessage().startswith("Redis is reachable again") for r in caplog.records)
+
+
+async def test_an_append_whose_reply_was_lost_is_not_written_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis stopped between writing an append and sending its reply: the writer cannot
+    tell, holds the events and tries again. Finding them in the stream (after another
+    writer's event), it counts them as written instead of appending each a second time."""
+    writer = EventWriter(10, max_outage=60)
+    await writer.write([("a", {"n": 1})])
+    real_append = events.append_events
+
+    async def written_then_cut_off(run_id: int, batch: list[tuple[str, dict[str, Any]]]) -> list[int]:
+        await real_append(run_id, batch)
+        await real_append(run_id, [("card", {"by": "another writer"})])
+        raise redis.ConnectionError("Connection closed by server.")
+
+    monkeypatch.setattr(events, "append_events", written_then_cut_off)
+    assert await writer.write([("b", {"n": 2}), ("b", {"n": 2})]) == []
+    monkeypatch.setattr(events, "append_events", real_append)
+    written = await writer.drain()
+    later = await writer.write([("c", {"n": 3})])
+
+    assert [(e.id, e.event) for e in written] == [(2, "b"), (3, "b")]
+    assert [(e.id, e.event) for e in later] == [(5, "c")]
+    stored = [(e.id, e.event) for e in await events.read_events(10, 0)]
+    assert stored == [(1, "a"), (2, "b"), (3, "b"), (4, "card"), (5, "c")]
+    assert writer.held == []
