@@ -133,18 +133,26 @@ async def question_create(
         return payload
     for old_id in created.superseded:
         await _announce_superseded(run_id, old_id)
-    # Cached, marked shown and on the page with the run's new status in one round trip; the
-    # runner's read timeout (question_push_if_unshown) is only the safety net.
-    await live.question_show(
+    await _show(run_id, payload, ttl=timeout + live.QUESTION_TTL_GRACE)
+    return payload
+
+
+async def _show(run_id: int, payload: dict[str, Any], *, ttl: int, only_if_new: bool = False) -> bool:
+    """The card cached, marked shown and on the page with the run's new status in one round
+    trip (the runner's read timeout, ``question_push_if_unshown``, is only the safety net),
+    then the policy's look at it; whether it was shown now."""
+    shown = await live.question_show(
         run_id,
         payload,
-        ttl=timeout + live.QUESTION_TTL_GRACE,
+        ttl=ttl,
         then=[("run_status", {"status": RunStatus.WAITING_FOR_USER})],
+        only_if_new=only_if_new,
     )
-    policy.question_consider(
-        run_id=run_id, question_id=payload["question_id"], questions=payload["questions"]
-    )
-    return payload
+    if shown:
+        policy.question_consider(
+            run_id=run_id, question_id=payload["question_id"], questions=payload["questions"]
+        )
+    return shown
 
 
 async def _show_again(
@@ -160,22 +168,13 @@ async def _show_again(
     left = (question.expires_at - timezone.now()).total_seconds()
     if question.status != QuestionStatus.PENDING or left <= 0:
         return  # the poll says what became of it (and expires it, when its time is up)
-    if not await live.question_show(
-        run_id,
-        payload,
-        ttl=int(left) + live.QUESTION_TTL_GRACE,
-        then=[("run_status", {"status": RunStatus.WAITING_FOR_USER})],
-        only_if_new=True,
-    ):
+    if not await _show(run_id, payload, ttl=int(left) + live.QUESTION_TTL_GRACE, only_if_new=True):
         return
     # Its first asking closed the cards it replaced before its own card, and may have
     # stopped before either (Redis failed it): they are closed again now, after the card,
     # since only a card never shown says so. A card closed twice stays as it was closed.
     for old_id in superseded:
         await _announce_superseded(run_id, old_id)
-    policy.question_consider(
-        run_id=run_id, question_id=payload["question_id"], questions=payload["questions"]
-    )
 
 
 async def _announce_superseded(run_id: int, question_id: str) -> None:
