@@ -36,7 +36,8 @@ def _none_as_empty(value: Any) -> Any:
     return "" if value is None else value
 
 
-# A field that takes null for its empty value says so in the API's schema too: its validator names the input type, constraints and all.
+# A field that takes null for its empty value says so in the API's schema too: its
+# validator names the input type, constraints and all.
 DescriptionText = Annotated[str, Field(max_length=2000)]
 HeaderText = Annotated[str, Field(max_length=60)]
 
