@@ -23,7 +23,7 @@ from core.errors import Forbidden, Gone, Unauthorized
 from core.questions import AnswerIn, QuestionSpec
 from core.schemas import errors
 
-from . import approvals, asking, runtime, services
+from . import approvals, asking, permission_asking, runtime, services
 from .models import Decision, QuestionSource
 
 router = Router()
@@ -221,13 +221,19 @@ async def submit_answer(request: HttpRequest, payload: SubmitIn) -> dict[str, An
     auth=relay_auth,
     response={201: PermissionOut, **errors(401, 403, 410, 422)},
 )
-async def relay_permission(request: HttpRequest, payload: PermissionIn) -> Status[dict[str, Any]]:
-    created = await approvals.permission_request_create(
+async def relay_permission(
+    request: HttpRequest,
+    payload: PermissionIn,
+    idempotency_key: str = Header("", alias="Idempotency-Key", max_length=200),
+) -> Status[dict[str, Any]]:
+    # As relay-question: one key per tool call, sent again with every retry.
+    created = await permission_asking.permission_request_create(
         run_id=relay_run_id(request),
         source=QuestionSource.MCP,
         tool_name=payload.tool_name,
         tool_input=payload.input,
         tool_use_id=payload.tool_use_id,
+        call_key=idempotency_key.strip(),
     )
     return Status(201, created)
 

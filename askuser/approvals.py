@@ -2,13 +2,13 @@
 
 One store for both engines. The CLI engine's ``approve`` MCP tool (``--permission-prompt-tool``)
 reaches it through relay-permission and poll-decision; the SDK engine's ``can_use_tool`` calls
-it directly. Either way the request becomes a ``permission_request`` card, a member decides
-through submit-decision, and the waiting side gets the permission result the CLI expects:
-``{"behavior": "allow", "updatedInput", "updatedPermissions"?}`` or ``{"behavior": "deny",
-"message"}``. A request nobody decides in time, or whose run ends, is denied with a sentence
-Claude can act on.
+it directly. Either way the request becomes a ``permission_request`` card (made in
+``permission_asking``), a member decides through submit-decision, and the waiting side gets
+the permission result the CLI expects: ``{"behavior": "allow", "updatedInput",
+"updatedPermissions"?}`` or ``{"behavior": "deny", "message"}``. A request nobody decides in
+time, or whose run ends, is denied with a sentence Claude can act on.
 
-AskUserQuestion reaches the prompt tool too: it becomes a question card (``services``) and its
+AskUserQuestion reaches the prompt tool too: it becomes a question card (``asking``) and its
 answers go back as ``updatedInput.answers``, so the CLI engine gets the same multi-question
 forms as the SDK engine.
 
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from asgiref.sync import sync_to_async
@@ -32,36 +30,27 @@ from redis import RedisError
 from core import events
 from core.after_response import after_response, give_way
 from core.errors import Conflict, Gone, Invalid, NotFound
-from core.prepared import PreparedGet, PreparedRows
-from core.questions import Handoff, questions_from_tool_input
+from core.questions import Handoff
 from core.redis import outage_seen
-from core.tool_names import ASK_USER_QUESTION, FILE_EDIT_TOOLS
 from mcp_server.answers import CANCELLED, SUPERSEDED, TIMED_OUT
 from promptmgr.models import (
-    ACTIVE_RUN_STATUSES,
-    PermissionMode,
     PermissionRule,
     Project,
-    Run,
     RunStatus,
 )
 from promptmgr.services import run_state
 
-from . import asking, live, policy, previews, services
+from . import live, policy, services
 from .models import (
     Decision,
     PermissionRequest,
     PermissionStatus,
     Question,
-    QuestionSource,
     decision_claim,
     request_for_decision,
 )
 
 logger = logging.getLogger(__name__)
-
-# Tool inputs larger than this travel to the browser as their preview only.
-MAX_EVENT_INPUT_CHARS = 50_000
 
 DECIDED_STATUSES = (PermissionStatus.ALLOWED, PermissionStatus.DENIED)
 
@@ -81,8 +70,6 @@ DENIED_TIMEOUT = (
 )
 DENIED_RUN_ENDED = "The run is ending, so this {tool} call was not run. Do not retry it."
 QUESTION_NOT_ANSWERED = "Could not ask the user ({reason}). Proceed with your best judgment."
-# The CLI's own wording for a write in plan mode (the SDK engine's -p refusals use it too).
-PLAN_MODE_WRITE = "Cannot write to {path} while in plan mode."
 
 
 def _rule_update(rule: str) -> dict[str, Any]:
@@ -128,157 +115,6 @@ def answered_input(tool_input: dict[str, Any], answer: Handoff) -> dict[str, Any
         first = str(tool_input["questions"][0]["question"])
         updated["annotations"] = {first: {"notes": answer.notes}}
     return updated
-
-
-# --- Asking -------------------------------------------------------------------------------
-
-
-def _event_input(tool_input: dict[str, Any]) -> dict[str, Any]:
-    return tool_input if len(repr(tool_input)) <= MAX_EVENT_INPUT_CHARS else {}
-
-
-def _plan_mode_refusal(project: Project, tool_name: str, tool_input: dict[str, Any]) -> str:
-    """Plan mode never writes, whoever would click Allow: the refusal, or "" for other calls."""
-    if project.permission_mode != PermissionMode.PLAN or tool_name not in FILE_EDIT_TOOLS:
-        return ""
-    return PLAN_MODE_WRITE.format(path=previews.file_path(tool_input))
-
-
-# What making a card reads of its run and project (the rest of their columns is not loaded).
-CREATE_RUN_FIELDS = (
-    "status",
-    "workdir",
-    "conversation__project__ask_user_timeout",
-    "conversation__project__permission_mode",
-)
-# The run's row lock with those columns, compiled once (core.prepared; see
-# asking.run_for_new_question).
-run_for_new_request: PreparedGet[Run] = PreparedGet(
-    lambda: Run.objects.select_for_update().select_related("conversation__project").only(*CREATE_RUN_FIELDS),
-    "id",
-    placeholder=0,
-)
-
-
-# The run's pending requests by tool call, compiled once: on the card's way, like the above.
-pending_tool_use_ids: PreparedRows[PermissionRequest] = PreparedRows(
-    lambda: PermissionRequest.objects.pending().order_by().values_list("pk", "tool_use_id"),
-    "run",
-    placeholder=0,
-)
-
-
-def _create(
-    run_id: int, source: str, tool_name: str, tool_input: dict[str, Any], tool_use_id: str
-) -> tuple[PermissionRequest, int]:
-    with transaction.atomic():
-        run = run_for_new_request.get(run_id)
-        if run.status not in ACTIVE_RUN_STATUSES:
-            raise Gone(services.MSG_RUN_FINISHED, code="run_finished")
-        project = run.conversation.project
-        timeout = int(project.ask_user_timeout)
-        # The same tool call asked again: its request was stored, but Redis failed to show
-        # its card, so the relay was answered 503 and posted it again (the SDK engine asks
-        # again the same way). It is the request already stored, not a second one that
-        # would keep the run waiting on a card nobody sees.
-        if tool_use_id:
-            rows = pending_tool_use_ids.rows(run_id)
-            same_call = next((pk for pk, use_id in rows if use_id == tool_use_id), None)
-            if same_call is not None:
-                return PermissionRequest.objects.get(pk=same_call), timeout
-        root = Path(run.workdir) if run.workdir else None
-        refused = _plan_mode_refusal(project, tool_name, tool_input)
-        if refused:
-            # Decided at once and kept for the record; no card, the run does not wait.
-            return PermissionRequest.objects.create(
-                run=run,
-                source=source,
-                tool_name=tool_name,
-                tool_use_id=tool_use_id,
-                tool_input=tool_input,
-                status=PermissionStatus.DENIED,
-                decision=Decision.DENY,
-                message=refused,
-                decided_at=timezone.now(),
-                expires_at=timezone.now(),
-            ), timeout
-        request = PermissionRequest.objects.create(
-            run=run,
-            source=source,
-            tool_name=tool_name,
-            tool_use_id=tool_use_id,
-            tool_input=tool_input,
-            preview=previews.preview(tool_name, tool_input, root),
-            suggested_rule=previews.suggested_rule(tool_name, tool_input, root) or "",
-            expires_at=timezone.now() + timedelta(seconds=timeout),
-        )
-        run_state.run_wait_for_user(run_id)
-    return request, timeout
-
-
-def _card(request: PermissionRequest, timeout: int) -> dict[str, Any]:
-    return {
-        "request_id": str(request.request_id),
-        "kind": "permission",
-        "source": request.source,
-        "tool_name": request.tool_name,
-        "tool_use_id": request.tool_use_id,
-        "input": _event_input(request.tool_input),
-        "preview": request.preview,
-        "suggested_rule": request.suggested_rule or None,
-        "expires_at": request.expires_at.isoformat(),
-        "timeout": timeout,
-    }
-
-
-async def permission_request_create(
-    *, run_id: int, source: QuestionSource, tool_name: str, tool_input: dict[str, Any], tool_use_id: str
-) -> dict[str, Any]:
-    """Show the card for a tool call and mark the run waiting: ``{request_id, kind, expires_at, timeout}``.
-
-    AskUserQuestion becomes a question card instead (``kind`` "question"); its request id
-    is the question's id, and ``permission_wait`` answers both kinds alike.
-    """
-    if tool_name == ASK_USER_QUESTION:
-        try:
-            specs = questions_from_tool_input(tool_input)
-        except ValueError as exc:
-            raise Invalid(str(exc), code="invalid_questions") from None
-        # Asked again with the same tool_use_id (the SDK engine, through a Redis outage), it
-        # is the same question.
-        card = await asking.question_create(
-            run_id=run_id, source=source, questions=specs, call_key=tool_use_id
-        )
-        return {
-            "request_id": card["question_id"],
-            "kind": "question",
-            "expires_at": card["expires_at"],
-            "timeout": card["timeout"],
-        }
-    request, timeout = await sync_to_async(_create)(run_id, source, tool_name, tool_input, tool_use_id)
-    request_id = str(request.request_id)
-    created = {
-        "request_id": request_id,
-        "kind": "permission",
-        "expires_at": request.expires_at,
-        "timeout": timeout,
-    }
-    if request.status != PermissionStatus.PENDING:
-        return created  # refused at once (plan mode): nothing to show, nobody to wait for
-    # Pending, and on the page with the run's new status, in one round trip.
-    await live.permission_pending_add(
-        run_id,
-        request_id,
-        ttl=timeout + live.QUESTION_TTL_GRACE,
-        then=[
-            ("permission_request", _card(request, timeout)),
-            ("run_status", {"status": RunStatus.WAITING_FOR_USER}),
-        ],
-    )
-    policy.permission_consider(
-        run_id=run_id, request_id=request_id, tool_name=tool_name, tool_input=tool_input
-    )
-    return created
 
 
 # --- Waiting ------------------------------------------------------------------------------

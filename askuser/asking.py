@@ -1,7 +1,7 @@
 """Asking: a question stored, its card shown, and the same tool call asked again.
 
 Both engines ask here: the MCP server's relay-question (``askuser.api``) and the SDK
-engine's AskUserQuestion (``approvals.permission_request_create``). A question is written to
+engine's AskUserQuestion (``permission_asking.permission_request_create``). A question is written to
 the database and shown through Redis in one script (``live.question_show``); a newer one
 supersedes the run's pending one, and a call asked again (``Question.call_key``) gets the
 question it asked. Answering and waiting are ``services``'.

@@ -13,17 +13,12 @@ import contextlib
 import redis
 
 from . import approvals, live
-from .approvals import (
-    PLAN_MODE_WRITE,
-    permission_request_create,
-    permission_wait,
-    permissions_close_for_run,
-    request_withdraw,
-)
+from .approvals import permission_wait, permissions_close_for_run, request_withdraw
 from .asking import question_create, question_push_if_unshown
 from .delivery import ASK_TOOL_NAMES, MCP_ASK_TOOL, SDK_ASK_TOOL, question_result_seen
 from .late import LateAnswer, late_answer_delivered, late_answer_record, unread_answers_take
 from .models import Question, QuestionSource, QuestionStatus
+from .permission_asking import PLAN_MODE_WRITE, permission_request_create
 from .policy import stop_all as policy_stop_all
 from .runtime import (
     DeltaRedactor,

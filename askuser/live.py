@@ -55,6 +55,11 @@ def pending_permissions_key(run_id: int) -> str:
     return run_key(run_id, "permissions")
 
 
+def permission_shown_key(run_id: int) -> str:
+    """Ids of the run's permission requests whose card went out (decided ones stay in it)."""
+    return run_key(run_id, "permissions-shown")
+
+
 def run_question_keys(run_id: int) -> list[str]:
     """Every key of this app that belongs to one run."""
     return [
@@ -62,6 +67,7 @@ def run_question_keys(run_id: int) -> list[str]:
         question_shown_key(run_id),
         relay_token_key(run_id),
         pending_permissions_key(run_id),
+        permission_shown_key(run_id),
     ]
 
 
@@ -170,38 +176,60 @@ async def question_show(
 
 
 async def questions_forget(run_id: int) -> None:
-    """The run ended: its question cache, shown set and pending requests go (the relay
+    """The run ended: its question cache, shown sets and pending requests go (the relay
     token is revoked apart)."""
     await get_async_redis().delete(
-        question_cache_key(run_id), question_shown_key(run_id), pending_permissions_key(run_id)
+        question_cache_key(run_id),
+        question_shown_key(run_id),
+        pending_permissions_key(run_id),
+        permission_shown_key(run_id),
     )
 
 
 # --- Pending permission requests ------------------------------------------------------------
 
 
-# KEYS: the run's pending set, its events stream and sequence; ARGV: the request id, the
-# set's TTL, then the events to append after it (events.APPEND_LUA_FUNCTION's arguments).
+# KEYS: the run's pending set, its shown set, its events stream and sequence; ARGV: the
+# request id, the sets' TTL, "once" (only if never shown, else nothing at all) or "",
+# then the events to append after it (events.APPEND_LUA_FUNCTION's arguments). The shown
+# set's TTL only grows: a request asked again late must not cut another's mark short.
 _PENDING_ADD_LUA = (
     events.APPEND_LUA_FUNCTION
     + """
+local ttl = tonumber(ARGV[2])
+local added = redis.call('SADD', KEYS[2], ARGV[1])
+if added == 0 and ARGV[3] == 'once' then return 0 end
+if redis.call('TTL', KEYS[2]) < ttl then redis.call('EXPIRE', KEYS[2], ttl) end
 redis.call('SADD', KEYS[1], ARGV[1])
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
-if #ARGV > 2 then append_events(KEYS[2], KEYS[3], ARGV, 3) end
+redis.call('EXPIRE', KEYS[1], ttl)
+if #ARGV > 3 then append_events(KEYS[3], KEYS[4], ARGV, 4) end
 return 1
 """
 )
 
 
 async def permission_pending_add(
-    run_id: int, request_id: str, *, ttl: int, then: list[tuple[str, dict[str, Any]]]
-) -> None:
-    """Add a request to the run's pending set; ``then`` (its card, the run's status) are
-    appended to the run's stream in the same step, after it (one script, as the hand-off:
-    0.18 -> 0.13 ms of CPU alone, against a MULTI of four commands)."""
-    keys = [pending_permissions_key(run_id), events.events_key(run_id), events.seq_key(run_id)]
-    args: list[str | int] = [request_id, ttl, *events.append_args(then)]
-    await get_async_redis().register_script(_PENDING_ADD_LUA)(keys=keys, args=args)
+    run_id: int,
+    request_id: str,
+    *,
+    ttl: int,
+    then: list[tuple[str, dict[str, Any]]],
+    only_if_new: bool = False,
+) -> bool:
+    """Add a request to the run's pending set and mark its card shown; ``then`` (its card,
+    the run's status) are appended to the run's stream in the same step, after it (one
+    script, as the hand-off: 0.18 -> 0.13 ms of CPU alone, against a MULTI of four commands).
+
+    With ``only_if_new`` (the same tool call asked again), a card shown before writes
+    nothing at all, and the result is False."""
+    keys = [
+        pending_permissions_key(run_id),
+        permission_shown_key(run_id),
+        events.events_key(run_id),
+        events.seq_key(run_id),
+    ]
+    args: list[str | int] = [request_id, ttl, "once" if only_if_new else "", *events.append_args(then)]
+    return bool(await get_async_redis().register_script(_PENDING_ADD_LUA)(keys=keys, args=args))
 
 
 async def permission_pending_remove(run_id: int, request_id: str) -> None:

@@ -189,12 +189,23 @@ class PermissionRequest(models.Model):
     )
     decided_at = models.DateTimeField(null=True, blank=True)
     decided_by_policy = models.BooleanField(default=False)
+    call_key = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The tool call that asked (the MCP server's Idempotency-Key, or the SDK "
+        "engine's tool_use_id): the same call asked again gets this request back.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = PermissionRequestQuerySet.as_manager()
 
     class Meta:
         ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "call_key"], condition=~models.Q(call_key=""), name="permission_call_once"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.tool_name} ({self.status})"

@@ -88,7 +88,7 @@ async def _rounds(
     from asgiref.sync import sync_to_async
     from django.test import AsyncClient
 
-    from askuser import approvals
+    from askuser import approvals, permission_asking
     from askuser.models import QuestionSource
     from promptmgr import live
     from promptmgr.runner import WORKER_ID
@@ -101,12 +101,14 @@ async def _rounds(
     samples: dict[str, list[float]] = {step: [] for step in STEPS}
     warm_up = 10
     for index in range(rounds + warm_up):
-        created = await approvals.permission_request_create(
+        # Keyed as the MCP server keys every relay-permission (its Idempotency-Key).
+        created = await permission_asking.permission_request_create(
             run_id=run_id,
             source=QuestionSource.MCP,
             tool_name="Bash",
             tool_input={"command": f"echo {index}"},
             tool_use_id=f"toolu_{index}",
+            call_key=f"call-{index}",
         )
         request_id = created["request_id"]
 

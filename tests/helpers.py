@@ -230,20 +230,26 @@ async def open_question(run: Any, source: str = "mcp") -> str:
 
 
 async def ask_permission(
-    run: Any, tool_name: str = "Bash", tool_input: dict[str, Any] | None = None, *, tool_use_id: str = ""
+    run: Any,
+    tool_name: str = "Bash",
+    tool_input: dict[str, Any] | None = None,
+    *,
+    tool_use_id: str = "",
+    call_key: str = "",
 ) -> str:
     """A tool call of ``run`` that waits for a person (``BASH_CALL`` unless told); its request id.
-    Each call is a tool call of its own (a new ``tool_use_id`` unless told): the same id
-    asked again is the same request (``approvals._create``)."""
-    from askuser import approvals
+    Each call is a tool call of its own (a new ``tool_use_id`` unless told); the same
+    ``call_key`` asked again is the same request (``permission_asking._create``)."""
+    from askuser import permission_asking
     from askuser.models import QuestionSource
 
-    created = await approvals.permission_request_create(
+    created = await permission_asking.permission_request_create(
         run_id=run.pk,
         source=QuestionSource.MCP,
         tool_name=tool_name,
         tool_input=tool_input if tool_input is not None else BASH_CALL,
         tool_use_id=tool_use_id or f"toolu_{uuid.uuid4().hex[:12]}",
+        call_key=call_key,
     )
     return str(created["request_id"])
 

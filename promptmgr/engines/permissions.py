@@ -113,12 +113,13 @@ class PermissionGate:
                 tool_name=tool_name,
                 tool_input=tool_input,
                 tool_use_id=tool_use_id,
+                call_key=tool_use_id,
             )
 
         try:
-            # Asked again while Redis is unreachable, with the call's tool_use_id (the CLI
-            # always sends one): the request may be stored already, and the same id shows
-            # that one rather than a second (approvals._create).
+            # Asked again while Redis is unreachable, keyed by the call's tool_use_id (the
+            # CLI always sends one): the request may be stored already, and the same key gets
+            # that one rather than a second (askuser's permission_asking._create).
             created = await (self._through_outage(ask) if tool_use_id else ask())
         except Invalid as exc:
             return PermissionResultDeny(message=exc.detail)

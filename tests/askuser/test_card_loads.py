@@ -1,7 +1,7 @@
 """Making a card, and deciding or answering it, read the run and project in one query each.
 
 The loads take only the run's and project's columns the code reads
-(``askuser.models.RUN_AND_PROJECT_FIELDS``, ``approvals.CREATE_RUN_FIELDS``): Django
+(``askuser.models.RUN_AND_PROJECT_FIELDS``, ``permission_asking.CREATE_RUN_FIELDS``): Django
 compiling every column of three joined tables cost more than the query. A field left out
 and read after all would cost a query of its own every time; these counts catch it.
 """
@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from askuser import approvals, asking, services
+from askuser import approvals, asking, permission_asking, services
 from askuser.models import PermissionRequest, PermissionStatus, Question, QuestionSource
 from core.questions import AnswerIn, QuestionSpec
 from tests.helpers import BASH_CALL, PROCEED, ask_permission, make_project, make_run, open_question, owned_run
@@ -54,15 +54,17 @@ def test_a_tool_calls_card_reads_its_run_once_and_writes_the_card_and_the_runs_s
     run = make_run(owner=alice, project=project)
 
     with CaptureQueriesContext(connection) as queries:
-        request, timeout = approvals._create(run.pk, QuestionSource.MCP, "Bash", {"command": "ls"}, "toolu_1")
+        created = permission_asking._create(
+            run.pk, QuestionSource.MCP, "Bash", {"command": "ls"}, "toolu_1", "call-1"
+        )
 
-    # The second read is the run's pending tool calls, so that one asked again (its card
+    # The second read is the run's keyed tool calls, so that one asked again (its card
     # failed with Redis, its relay retried) is the request already stored.
     assert statements(queries) == ["SELECT", "SELECT", "INSERT", "UPDATE"]
-    assert timeout == project.ask_user_timeout
-    assert request.preview == {"type": "bash", "command": "ls", "description": ""}
-    [load, pending] = selects(queries)
-    assert columns(pending, "askuser_permissionrequest") == {"id", "tool_use_id"}
+    assert (created.timeout, created.again) == (project.ask_user_timeout, False)
+    assert created.request.preview == {"type": "bash", "command": "ls", "description": ""}
+    [load, calls] = selects(queries)
+    assert columns(calls, "askuser_permissionrequest") == {"id", "call_key"}
     assert columns(load, "promptmgr_run") == {"id", "conversation_id", "status", "workdir"}
     assert columns(load, "promptmgr_project") == {
         "id",

@@ -17,7 +17,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.test import AsyncClient, RequestFactory
 from django.utils import timezone
 
-from askuser import approvals
+from askuser import approvals, permission_asking
 from askuser.api import click_auth
 from askuser.models import PermissionRequest
 from core import events
@@ -332,11 +332,46 @@ async def test_the_same_tool_call_asked_again_is_the_same_request(transactional_
     failed its card): no second request keeps the run waiting on a card nobody sees."""
     run = await owned_run(alice)
 
-    first = await ask_permission(run, tool_use_id="toolu_again")
-    again = await ask_permission(run, tool_use_id="toolu_again")
+    first = await ask_permission(run, call_key="call-again")
+    again = await ask_permission(run, call_key="call-again")
 
     assert again == first
     assert await PermissionRequest.objects.filter(run=run).acount() == 1
+
+
+@pytest.mark.asyncio
+async def test_a_tool_call_asked_again_after_its_decision_gets_that_decision_and_no_card(
+    transactional_db: Any, alice: Any
+) -> None:
+    """Its first reply was lost and a teammate decided meanwhile: the call gets its request
+    back with the decision, and no second card asks the team about a call decided already."""
+    run = await owned_run(alice)
+    first = await ask_permission(run, call_key="call-1")
+    await decide(await signed_in(alice), first, "deny", message="not that one")
+    before = await events.read_events(run.pk, 0)
+
+    again = await ask_permission(run, call_key="call-1")
+
+    assert again == first
+    assert await events.read_events(run.pk, 0) == before
+    assert await result_of(run, again) == {
+        "behavior": "deny",
+        "message": approvals.DENIED_WITH.format(tool="Bash", message="not that one"),
+    }
+
+
+@pytest.mark.asyncio
+async def test_a_plan_mode_refusal_asked_again_is_the_same_refusal(transactional_db: Any, alice: Any) -> None:
+    project = await sync_to_async(make_project)(owner=alice, permission_mode="plan")
+    run = await sync_to_async(make_run)(owner=alice, project=project)
+    write = {"file_path": "/w/notes.txt", "content": "x"}
+
+    first = await ask_permission(run, "Write", write, call_key="call-1")
+    again = await ask_permission(run, "Write", write, call_key="call-1")
+
+    assert again == first
+    assert await PermissionRequest.objects.filter(run=run).acount() == 1
+    assert (await result_of(run, again) or {})["behavior"] == "deny"
 
 
 @pytest.mark.asyncio
@@ -414,7 +449,7 @@ async def test_plan_mode_refuses_a_write_at_once_without_a_card(transactional_db
 
     assert await result_of(run, request_id) == {
         "behavior": "deny",
-        "message": approvals.PLAN_MODE_WRITE.format(path="/w/notes.txt"),
+        "message": permission_asking.PLAN_MODE_WRITE.format(path="/w/notes.txt"),
     }
     assert [e for e in await events.read_events(run.pk, 0) if e.event == "permission_request"] == []
     assert (await Run.objects.aget(pk=run.pk)).status == RunStatus.RUNNING
