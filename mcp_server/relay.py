@@ -10,8 +10,9 @@ Contract (Django side: ``askuser/api.py``), every call authenticated with
 - ``GET /api/askuser/poll-answer?question_id=…`` → held by the server up to ~25 s, then
   200 answered, 202 still waiting (poll again at once),
   410 ``{status: expired|cancelled|superseded|consumed}``.
-- ``POST /api/askuser/relay-permission`` ``{tool_name, input, tool_use_id}`` → 201
-  ``{request_id, expires_at, timeout}``; 401/403, 410 and 422 as above.
+- ``POST /api/askuser/relay-permission`` ``{tool_name, input, tool_use_id}`` (``Idempotency-Key``
+  as above) → 201 ``{request_id, expires_at, timeout}``, the stored request again for a key
+  it has seen; 401/403, 410 and 422 as above.
 - ``GET /api/askuser/poll-decision?request_id=…`` → held up to ~25 s, then 202 ``{status: waiting}``
   or 200 ``{status: decided, result}`` (also on expiry and cancel: a deny); 404 unknown request,
   410 run finished.
@@ -156,12 +157,17 @@ async def relay_permission(
     *,
     retry_window: float = RELAY_RETRY_WINDOW,
 ) -> RelayedPermission:
-    """Post the CLI's permission request, with the same retries as ``relay_question``."""
+    """Post the CLI's permission request, with the same retries as ``relay_question`` under
+    one ``Idempotency-Key`` of its own: a try the server stored before its reply was lost
+    is the request the next try gets back, decided or not."""
     body = {"tool_name": tool_name, "input": tool_input, "tool_use_id": tool_use_id}
+    key = uuid.uuid4().hex
 
     async def post() -> RelayedPermission:
         endpoint = "relay-permission"
-        response = await post_once(client, config, RELAY_PERMISSION_PATH, body, endpoint=endpoint)
+        response = await post_once(
+            client, config, RELAY_PERMISSION_PATH, body, endpoint=endpoint, idempotency_key=key
+        )
         return RelayedPermission(*created_fields(response, config, id_key="request_id", endpoint=endpoint))
 
     return await post_with_retry(post, endpoint="relay-permission", retry_window=retry_window)

@@ -213,6 +213,43 @@ async def test_a_503_on_relay_permission_is_retried(
 
 
 @pytest.mark.asyncio
+async def test_every_try_of_one_tool_call_carries_one_idempotency_key(
+    relay: FakeRelay, write_config: Callable[..., Path]
+) -> None:
+    """The server hands a try it has seen the request it stored (``PermissionRequest.call_key``)."""
+    allow = {"behavior": "allow", "updatedInput": COMMAND}
+    relay.permission_replies = [Reply(503), Reply(502), permission_relayed(), permission_relayed()]
+    relay.decision_replies = [decided(allow), decided(allow)]
+    config = write_config(relay.url)
+
+    await approve_bash(config)
+    await approve_bash(config)
+
+    keys = [r.headers.get("idempotency-key") for r in relay.requests_to("/relay-permission")]
+    assert len(keys) == 4 and all(keys)
+    assert keys[0] == keys[1] == keys[2] != keys[3]
+
+
+@pytest.mark.asyncio
+async def test_a_tool_call_whose_reply_is_cut_off_is_posted_again_under_the_same_key(
+    relay: FakeRelay, write_config: Callable[..., Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection lost mid-reply (the web process restarting) may have stored the request
+    and shown its card: the same key gets that one back, so the call waits on the card the
+    team sees instead of being denied as unreachable while the card stays open."""
+    allow = {"behavior": "allow", "updatedInput": COMMAND}
+    relay.permission_replies = [Reply(201, cut=True), permission_relayed()]
+    relay.decision_replies = [decided(allow)]
+
+    assert await approve_bash(write_config(relay.url)) == allow
+    tries = relay.requests_to("/relay-permission")
+    assert len(tries) == 2
+    assert tries[0].headers["idempotency-key"] == tries[1].headers["idempotency-key"]
+    assert tries[0].json() == tries[1].json()
+    assert "relay-permission failed" in caplog.text
+
+
+@pytest.mark.asyncio
 async def test_a_500_on_relay_permission_is_not_retried_and_denies_the_call(
     relay: FakeRelay, write_config: Callable[..., Path]
 ) -> None:
