@@ -202,8 +202,9 @@ class PermissionRequest(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         constraints = [
+            # The key first: a call asked again is found by its key alone (a run has hundreds).
             models.UniqueConstraint(
-                fields=["run", "call_key"], condition=~models.Q(call_key=""), name="permission_call_once"
+                fields=["call_key", "run"], condition=~models.Q(call_key=""), name="permission_call_once"
             )
         ]
 

@@ -62,12 +62,13 @@ run_for_new_request: PreparedGet[Run] = PreparedGet(
 )
 
 
-# The run's requests asked by a known tool call, compiled once: on the card's way, like
-# the above. A long turn has a few dozen to a few hundred: still one read of short rows.
-request_calls: PreparedRows[PermissionRequest] = PreparedRows(
-    lambda: PermissionRequest.objects.exclude(call_key="").order_by().values_list("pk", "call_key"),
-    "run",
-    placeholder=0,
+# The requests asked under a tool call's key, with their runs, compiled once: on the card's
+# way, like the above. Keys are random (the MCP server's) or Claude's tool_use_ids, so this
+# is one row at most, found through the (call_key, run) index however long the run.
+requests_by_call: PreparedRows[PermissionRequest] = PreparedRows(
+    lambda: PermissionRequest.objects.exclude(call_key="").order_by().values_list("pk", "run_id"),
+    "call_key",
+    placeholder="<call key>",
 )
 
 
@@ -94,7 +95,7 @@ def _create(
         # same way through an outage. It gets the request it made, whatever became of it,
         # not a second one that would keep the run waiting on a card nobody decides.
         if call_key:
-            again = next((pk for pk, key in request_calls.rows(run_id) if key == call_key), None)
+            again = next((pk for pk, run in requests_by_call.rows(call_key) if run == run_id), None)
             if again is not None:
                 return _asked_again(again, timeout)
         root = Path(run.workdir) if run.workdir else None
@@ -195,9 +196,9 @@ async def permission_request_create(
     left = int((request.expires_at - timezone.now()).total_seconds()) if created.again else timeout
     if left <= 0:
         return reply  # the poll says its time is up (and expires it)
-    # Pending, and on the page with the run's new status, in one round trip. Asked again,
-    # only a card never shown goes out (Redis failed its first asking after the commit):
-    # one shown before gets nothing more, not even the run's status, which may have moved on.
+    # Pending, and on the page with the run's new status, in one round trip. A card goes
+    # out once: asked again, only one never shown does (Redis failed its first asking after
+    # the commit), and one shown before gets nothing more, not even the run's status.
     shown = await live.permission_pending_add(
         run_id,
         request_id,
@@ -206,7 +207,6 @@ async def permission_request_create(
             ("permission_request", _card(request, timeout)),
             ("run_status", {"status": RunStatus.WAITING_FOR_USER}),
         ],
-        only_if_new=created.again,
     )
     if shown:
         policy.permission_consider(

@@ -4,8 +4,9 @@ The CLI consults the permission mode and the workspace's allow and deny rules fi
 calls ``can_use_tool`` only for a call it would otherwise ask the user about (verified
 with the bundled CLI: a Write is allowed under acceptEdits and asked about under default
 and plan; a Bash command with an allow rule is never asked about). With ask-user on, every
-such call goes to the shared store (``askuser.approvals``): a permission card, or for
-``AskUserQuestion`` a question card whose answers come back as ``updated_input["answers"]``.
+such call goes to the shared store (askuser's ``permission_asking`` and ``approvals``): a
+permission card, or for ``AskUserQuestion`` a question card whose answers come back as
+``updated_input["answers"]``.
 The store's result, in the CLI's own JSON shape, becomes the SDK's result object.
 
 With ask-user off there is nobody to ask, so the callback refuses as ``-p`` mode does,

@@ -58,13 +58,13 @@ def test_a_tool_calls_card_reads_its_run_once_and_writes_the_card_and_the_runs_s
             run.pk, QuestionSource.MCP, "Bash", {"command": "ls"}, "toolu_1", "call-1"
         )
 
-    # The second read is the run's keyed tool calls, so that one asked again (its card
+    # The second read is the call's key, so that a call asked again (its card
     # failed with Redis, its relay retried) is the request already stored.
     assert statements(queries) == ["SELECT", "SELECT", "INSERT", "UPDATE"]
     assert (created.timeout, created.again) == (project.ask_user_timeout, False)
     assert created.request.preview == {"type": "bash", "command": "ls", "description": ""}
     [load, calls] = selects(queries)
-    assert columns(calls, "askuser_permissionrequest") == {"id", "call_key"}
+    assert columns(calls, "askuser_permissionrequest") == {"id", "run_id"}
     assert columns(load, "promptmgr_run") == {"id", "conversation_id", "status", "workdir"}
     assert columns(load, "promptmgr_project") == {
         "id",

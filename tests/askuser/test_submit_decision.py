@@ -17,10 +17,11 @@ from django.contrib.auth.models import AnonymousUser
 from django.test import AsyncClient, RequestFactory
 from django.utils import timezone
 
-from askuser import approvals, permission_asking
+from askuser import approvals, live, permission_asking
 from askuser.api import click_auth
-from askuser.models import PermissionRequest
+from askuser.models import PermissionRequest, QuestionSource
 from core import events
+from core.redis import get_async_redis
 from promptmgr.models import PermissionRule, Run, RunStatus
 from promptmgr.workspaces import workspace_path
 from tests.helpers import (
@@ -358,6 +359,37 @@ async def test_a_tool_call_asked_again_after_its_decision_gets_that_decision_and
         "behavior": "deny",
         "message": approvals.DENIED_WITH.format(tool="Bash", message="not that one"),
     }
+
+
+@pytest.mark.asyncio
+async def test_a_first_try_delayed_past_its_retrys_card_shows_no_second_card(
+    transactional_db: Any, alice: Any
+) -> None:
+    """The first try stored the request, then stalled before its card (a slow Redis, a
+    busy process) while the retry showed it: when the first try gets there, it writes
+    nothing, and the other requests' marks keep their time."""
+    run = await owned_run(alice)
+    other = await ask_permission(run, tool_input={"command": "make lint"})
+    first = await sync_to_async(permission_asking._create)(
+        run.pk, QuestionSource.MCP, "Bash", BASH_CALL, "toolu_1", "call-1"
+    )
+    request_id = str(first.request.request_id)
+    assert await ask_permission(run, call_key="call-1") == request_id
+    before = await events.read_events(run.pk, 0)
+
+    shown = await live.permission_pending_add(
+        run.pk, request_id, ttl=5, then=[("permission_request", {"request_id": request_id})]
+    )
+
+    assert shown is False
+    assert await events.read_events(run.pk, 0) == before
+    cards = [e.data["request_id"] for e in before if e.event == "permission_request"]
+    assert cards == [other, request_id]
+    # A request asked again late, with 5 s left, does not cut the others' marks short.
+    assert await live.permission_pending_add(run.pk, "late-request", ttl=5, then=[])
+    redis = get_async_redis()
+    for key in (live.pending_permissions_key(run.pk), live.permission_shown_key(run.pk)):
+        assert await redis.ttl(key) > 60
 
 
 @pytest.mark.asyncio
