@@ -99,16 +99,19 @@ def _create(
             if again is not None:
                 return _asked_again(again, timeout)
         root = Path(run.workdir) if run.workdir else None
+        call = {
+            "run": run,
+            "source": source,
+            "tool_name": tool_name,
+            "tool_use_id": tool_use_id,
+            "call_key": call_key,
+            "tool_input": tool_input,
+        }
         refused = _plan_mode_refusal(project, tool_name, tool_input)
         if refused:
             # Decided at once and kept for the record; no card, the run does not wait.
             refusal = PermissionRequest.objects.create(
-                run=run,
-                source=source,
-                tool_name=tool_name,
-                tool_use_id=tool_use_id,
-                call_key=call_key,
-                tool_input=tool_input,
+                **call,
                 status=PermissionStatus.DENIED,
                 decision=Decision.DENY,
                 message=refused,
@@ -117,12 +120,7 @@ def _create(
             )
             return _Created(refusal, timeout)
         request = PermissionRequest.objects.create(
-            run=run,
-            source=source,
-            tool_name=tool_name,
-            tool_use_id=tool_use_id,
-            call_key=call_key,
-            tool_input=tool_input,
+            **call,
             preview=previews.preview(tool_name, tool_input, root),
             suggested_rule=previews.suggested_rule(tool_name, tool_input, root) or "",
             expires_at=timezone.now() + timedelta(seconds=timeout),

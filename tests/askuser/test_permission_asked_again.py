@@ -22,7 +22,7 @@ from askuser import approvals
 from askuser.models import PermissionRequest, PermissionStatus
 from core import events
 from promptmgr.models import Run
-from tests.askuser.test_question_asked_again import asking_run
+from tests.askuser.test_question_asked_again import asking_run, relay_poll, relay_post
 from tests.helpers import BASH_CALL, PrivateRedis, login_client
 
 pytestmark = pytest.mark.e2e
@@ -30,20 +30,12 @@ pytestmark = pytest.mark.e2e
 CALL = {"tool_name": "Bash", "input": BASH_CALL, "tool_use_id": "toolu_01AskedAgain"}
 
 
-def relay(app_server: Any, token: str, key: str | None, body: dict[str, Any] = CALL) -> httpx.Response:
-    headers = {"Authorization": f"Bearer {token}"}
-    if key is not None:
-        headers["Idempotency-Key"] = key
-    return httpx.post(f"{app_server.url}/api/askuser/relay-permission", json=body, headers=headers)
+def relay(app_server: Any, token: str, key: str | None) -> httpx.Response:
+    return relay_post(app_server, token, "relay-permission", CALL, key)
 
 
 def poll_decision(app_server: Any, token: str, request_id: str) -> httpx.Response:
-    return httpx.get(
-        f"{app_server.url}/api/askuser/poll-decision",
-        params={"request_id": request_id},
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=40,
-    )
+    return relay_poll(app_server, token, "poll-decision", {"request_id": request_id})
 
 
 def run_events(run: Run, *names: str) -> list[tuple[str, dict[str, Any]]]:

@@ -35,20 +35,32 @@ def asking_run(owner: Any) -> tuple[Run, str]:
     return run, token
 
 
-def relay(app_server: Any, token: str, body: dict[str, Any], key: str | None) -> httpx.Response:
+def relay_post(
+    app_server: Any, token: str, endpoint: str, body: dict[str, Any], key: str | None
+) -> httpx.Response:
+    """A relay endpoint's POST as the MCP server sends it, under ``key`` unless None."""
     headers = {"Authorization": f"Bearer {token}"}
     if key is not None:
         headers["Idempotency-Key"] = key
-    return httpx.post(f"{app_server.url}/api/askuser/relay-question", json=body, headers=headers)
+    return httpx.post(f"{app_server.url}/api/askuser/{endpoint}", json=body, headers=headers)
 
 
-def poll_answer(app_server: Any, token: str, question_id: str) -> httpx.Response:
+def relay_poll(app_server: Any, token: str, endpoint: str, params: dict[str, str]) -> httpx.Response:
+    """One long-poll of a relay endpoint, held up to the server's ~25 s."""
     return httpx.get(
-        f"{app_server.url}/api/askuser/poll-answer",
-        params={"question_id": question_id},
+        f"{app_server.url}/api/askuser/{endpoint}",
+        params=params,
         headers={"Authorization": f"Bearer {token}"},
         timeout=40,
     )
+
+
+def relay(app_server: Any, token: str, body: dict[str, Any], key: str | None) -> httpx.Response:
+    return relay_post(app_server, token, "relay-question", body, key)
+
+
+def poll_answer(app_server: Any, token: str, question_id: str) -> httpx.Response:
+    return relay_poll(app_server, token, "poll-answer", {"question_id": question_id})
 
 
 def cards(run: Run) -> list[tuple[str, str]]:
