@@ -107,9 +107,9 @@ def resume_if_idle(run_id: int) -> bool:
 
 def resume_if_idle_locked(run_id: int) -> bool:
     """``resume_if_idle`` in a transaction of its own, once an answer or a decision has gone
-    to Claude. The run's row is the lock a new card of the run takes too (``_create_question``,
-    ``permission_asking._create``): a card made meanwhile is either seen pending here, or marks the
-    run waiting after this."""
+    to Claude. The run's row is the lock a new card of the run takes too
+    (``asking._create_question``, ``permission_asking._create``): a card made meanwhile is
+    either seen pending here, or marks the run waiting after this."""
     with transaction.atomic():
         Run.objects.select_for_update().filter(pk=run_id).exists()
         return resume_if_idle(run_id)

@@ -144,26 +144,20 @@ async def post_once(
     body: dict[str, Any],
     *,
     endpoint: str,
-    idempotency_key: str = "",
+    idempotency_key: str,
 ) -> httpx.Response:
     """One POST of a question or a permission request; a 200/201 response, or the error it stands for.
 
-    With ``idempotency_key`` (sent as ``Idempotency-Key``, the same on every try of one
-    call), the server answers a repeat with what it stored the first time, so a connection
-    lost mid-request (a web process restarting) is retried too."""
-    headers = _auth_headers(config)
-    if idempotency_key:
-        headers["Idempotency-Key"] = idempotency_key
+    ``idempotency_key`` (sent as ``Idempotency-Key``) is the same on every try of one tool
+    call, and the server answers a repeat with what it stored the first time: so a
+    connection lost mid-request (a web process restarting) is retried like a refused one."""
+    headers = {**_auth_headers(config), "Idempotency-Key": idempotency_key}
     try:
         response = await client.post(config.api_url + path, json=body, headers=headers)
-    except httpx.ConnectError as exc:
-        raise Transient(_transport_reason(exc)) from exc
     except (httpx.NetworkError, httpx.RemoteProtocolError) as exc:
-        # The connection broke mid-request: the request may have been stored already, and
-        # only a key makes posting it again safe (a timeout outlasts the retry window anyway).
-        if idempotency_key:
-            raise Transient(_transport_reason(exc)) from exc
-        raise RelayUnavailable(_transport_reason(exc)) from exc
+        # Refused, or broken mid-request (the request may have been stored: the key makes
+        # posting it again safe). A timeout is not retried: it outlasts the retry window.
+        raise Transient(_transport_reason(exc)) from exc
     except httpx.TransportError as exc:
         raise RelayUnavailable(_transport_reason(exc)) from exc
     _raise_for_common_status(response, retry=lambda status: status in RETRY_POST_STATUSES)
@@ -199,8 +193,8 @@ def created_fields(
 
 
 async def post_with_retry(post: Callable[[], Awaitable[T]], *, endpoint: str, retry_window: float) -> T:
-    """Run ``post``, retrying what it raises as ``Transient`` (refused connections, 429/502/503/504,
-    and with an idempotency key a connection lost mid-request) for ``retry_window`` seconds."""
+    """Run ``post``, retrying what it raises as ``Transient`` (refused or broken connections,
+    429/502/503/504) for ``retry_window`` seconds."""
     deadline = time.monotonic() + retry_window
     backoff = BACKOFF_START
     while True:
