@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.http import HttpRequest
@@ -27,6 +27,10 @@ from . import approvals, asking, permission_asking, runtime, services
 from .models import Decision, QuestionSource
 
 router = Router()
+
+# The tool call a relayed question or permission request belongs to: the MCP server sends
+# one key per call, the same on every try, so a retry gets what the first try stored.
+CallKey = Annotated[str, Header(alias="Idempotency-Key", max_length=200)]
 
 MSG_NO_TOKEN = "A relay token is required (Authorization: Bearer …)."
 MSG_BAD_TOKEN = "The relay token is not valid."
@@ -165,9 +169,7 @@ class DecisionOut(Schema):
     response={201: RelayQuestionOut, **errors(401, 403, 410, 422)},
 )
 async def relay_question(
-    request: HttpRequest,
-    payload: QuestionSpec,
-    idempotency_key: str = Header("", alias="Idempotency-Key", max_length=200),
+    request: HttpRequest, payload: QuestionSpec, idempotency_key: CallKey = ""
 ) -> Status[dict[str, Any]]:
     # The MCP server names each tool call's question with a key of its own and sends it
     # again with every retry: a retry after a 503 or a lost reply gets the question stored.
@@ -222,9 +224,7 @@ async def submit_answer(request: HttpRequest, payload: SubmitIn) -> dict[str, An
     response={201: PermissionOut, **errors(401, 403, 410, 422)},
 )
 async def relay_permission(
-    request: HttpRequest,
-    payload: PermissionIn,
-    idempotency_key: str = Header("", alias="Idempotency-Key", max_length=200),
+    request: HttpRequest, payload: PermissionIn, idempotency_key: CallKey = ""
 ) -> Status[dict[str, Any]]:
     # As relay-question: one key per tool call, sent again with every retry.
     created = await permission_asking.permission_request_create(
